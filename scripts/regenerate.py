@@ -1,0 +1,85 @@
+"""Regenerate everything the chapters produce: the package, the outputs, the figures.
+
+Run as ``python -m scripts.regenerate``. It saves the ``# @save`` cells into
+``agentbook/``, then executes every chapter notebook in place, in the book's
+order, and stores it with only the metadata that does not vary between
+machines. The figures are written by the chapters' own cells while they run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+from scripts import save
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
+# A cell tagged like this is shown but never run: the one live-model call.
+SKIP_TAG = "skip-execution"
+
+
+def chapter_notebooks(root: Path) -> list[Path]:
+    """The notebooks to execute, in the order their file names give them."""
+    return sorted((root / "chapters").glob("*.ipynb"))
+
+
+def normalize(notebook: nbformat.NotebookNode) -> None:
+    """Drop everything that changes from one machine or run to the next.
+
+    Kept: the kernelspec, cell ids, cell tags, outputs, and execution counts
+    (nbval needs them), renumbered from 1 over the cells that ran.
+    """
+    notebook.metadata = nbformat.NotebookNode({"kernelspec": KERNELSPEC})
+    count = 0
+    for cell in notebook.cells:
+        tags = cell.metadata.get("tags")
+        cell.metadata = nbformat.NotebookNode({"tags": tags} if tags else {})
+        if cell.cell_type != "code":
+            continue
+        if cell.outputs or cell.execution_count is not None:
+            count += 1
+            cell.execution_count = count
+            for output in cell.outputs:
+                if "execution_count" in output:
+                    output.execution_count = count
+
+
+def execute(path: Path, timeout: int = 120) -> None:
+    """Run one notebook top to bottom in its own folder and store the result."""
+    notebook = nbformat.read(path, as_version=4)
+    client = NotebookClient(
+        notebook,
+        timeout=timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(path.parent)}},
+        skip_cells_with_tag=SKIP_TAG,
+        record_timing=False,
+    )
+    client.execute()
+    normalize(notebook)
+    nbformat.write(notebook, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("notebooks", nargs="*", type=Path,
+                        help="execute only these notebooks (default: every chapter)")
+    args = parser.parse_args(argv)
+    try:
+        save.write_modules(ROOT, save.build_modules(ROOT))
+    except save.SaveError as error:
+        print(error, file=sys.stderr)
+        return 2
+    for path in args.notebooks or chapter_notebooks(ROOT):
+        print(f"executing {path.relative_to(ROOT) if path.is_absolute() else path}")
+        execute(path.resolve())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
