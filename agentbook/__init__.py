@@ -7,7 +7,13 @@ order, so that ``from agentbook import *`` gives a reader everything the
 chapters define.
 """
 
+import json
+from collections.abc import Callable
+from typing import Any
+
 from agentbook import anatomy
 from agentbook.anatomy import *  # noqa: F403
 
-__all__ = [*anatomy.__all__]
+# The chapter's example cells use json, Any and Callable straight after
+# `from agentbook import *`, as they could in the notebook, so they come along.
+__all__ = ["json", "Any", "Callable", *anatomy.__all__]
