@@ -11,9 +11,10 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from agentbook import anatomy
+from agentbook import anatomy, real_models
 from agentbook.anatomy import *  # noqa: F403
+from agentbook.real_models import *  # noqa: F403
 
 # The chapter's example cells use json, Any and Callable straight after
 # `from agentbook import *`, as they could in the notebook, so they come along.
-__all__ = ["json", "Any", "Callable", *anatomy.__all__]
+__all__ = ["json", "Any", "Callable", *anatomy.__all__, *real_models.__all__]

@@ -59,6 +59,9 @@ def execute(path: Path, timeout: int = 120) -> None:
         resources={"metadata": {"path": str(path.parent)}},
         skip_cells_with_tag=SKIP_TAG,
         record_timing=False,
+        # The kernel flushes prints on a timer, so one print can arrive in two pieces; merge
+        # them so the stored text does not depend on how busy the machine was.
+        coalesce_streams=True,
     )
     client.execute()
     normalize(notebook)
