@@ -2,8 +2,6 @@
 # change the notebook's "# @save" cells and run `python -m scripts.save`.
 """Code saved from the chapter notebook chapters/01_anatomy.ipynb."""
 
-from __future__ import annotations
-
 import json
 from dataclasses import dataclass, field
 from collections.abc import Callable
@@ -258,7 +256,7 @@ def _parse_entry(entry: Any, index: int) -> ToolCall:
         return ToolCall(call_id, name, None, problem)
     try:
         arguments = json.loads(function["arguments"])
-    except ValueError:  # bad JSON, and also JSON nested too deeply to decode
+    except (ValueError, RecursionError):  # bad JSON, or JSON nested too deeply to decode
         return ToolCall(call_id, name, None, "arguments were not valid JSON")
     if not isinstance(arguments, dict):
         kind = type(arguments).__name__
@@ -397,6 +395,18 @@ SYSTEM_PROMPT = (
 )
 
 
+def _as_assistant_message(reply: Any) -> dict[str, Any]:
+    """The model's reply as the assistant message it stands for, whatever its shape.
+
+    A reply that is not a message object is kept as the content of a plain
+    answer; a message claiming another role (or none) is the assistant's all
+    the same, since the assistant is the only one speaking here.
+    """
+    if not isinstance(reply, dict):
+        return {"role": "assistant", "content": reply}
+    return {**reply, "role": "assistant"}
+
+
 def _tool_message(observation: Observation) -> dict[str, Any]:
     """Wrap an observation as the tool message the model reads next."""
     body = {"ok": observation.ok, "kind": observation.kind, "content": observation.content}
@@ -428,9 +438,7 @@ def run_agent(
         if prompt_tokens > limits.max_prompt_tokens:
             return RunResult(Stop.TOKEN_LIMIT, None, state)
         state.prompt_token_log.append(prompt_tokens)
-        reply = model.chat(state.messages)
-        if not isinstance(reply, dict):  # not a message at all: keep it as a plain answer
-            reply = {"role": "assistant", "content": reply}
+        reply = _as_assistant_message(model.chat(state.messages))
         state.messages.append(reply)
         state.turns += 1
         calls = parse_tool_calls(reply)
@@ -453,7 +461,7 @@ def run_agent(
 def print_transcript(state: RunState) -> None:
     """Print a transcript one line per message, and one per proposed call."""
     for message in state.messages:
-        role = message.get("role")
+        role = str(message.get("role"))
         if role != "assistant":
             print(f"{role:<6} | {message.get('content')}")
             continue
@@ -538,22 +546,37 @@ class Meter:
 
 # From chapters/01_anatomy.ipynb, cell run-chain
 def _refund_paid_amount(prefix: str, tools: dict[str, ToolSpec], gate: Gate,
-                        meter: Meter) -> Any:
-    """Look up A-17 and refund what it cost; return the refund's observed content."""
-    order = meter.execute(ToolCall(f"{prefix}1", "lookup_order", {"order_id": "A-17"}),
-                          tools, gate).content
-    refund = {"order_id": "A-17", "amount_cents": order["paid_cents"]}
-    return meter.execute(ToolCall(f"{prefix}2", "refund_order", refund), tools, gate).content
+                        meter: Meter) -> Observation:
+    """Look up A-17 and refund what it cost; return the refund's observation.
+
+    If the lookup fails, its observation is returned instead and nothing is
+    refunded.
+    """
+    lookup = meter.execute(ToolCall(f"{prefix}1", "lookup_order", {"order_id": "A-17"}),
+                           tools, gate)
+    if not lookup.ok:
+        return lookup
+    refund = {"order_id": "A-17", "amount_cents": lookup.content["paid_cents"]}
+    return meter.execute(ToolCall(f"{prefix}2", "refund_order", refund), tools, gate)
+
+
+def _no_refund(failure: Observation) -> str:
+    """What a code-owned pattern replies when one of its steps failed."""
+    return f"No refund was issued: {failure.content}"
 
 
 def run_chain(model: Any, tools: dict[str, ToolSpec], gate: Gate, meter: Meter) -> str:
     """Prompt chain: a fixed sequence in code, with one model call at the end.
 
     Code looks the order up and refunds what was paid; the model is asked
-    only to word the sentence for the customer.
+    only to word the sentence for the customer. If a step fails, the chain
+    stops there and says so.
     """
-    receipt = _refund_paid_amount("c", tools, gate, meter)
-    prompt = f"Draft one sentence for the customer citing this receipt: {json.dumps(receipt)}"
+    refund = _refund_paid_amount("c", tools, gate, meter)
+    if not refund.ok:
+        return _no_refund(refund)
+    receipt = json.dumps(refund.content)
+    prompt = f"Draft one sentence for the customer citing this receipt: {receipt}"
     reply = meter.chat(model, [{"role": "user", "content": prompt}])
     return str(reply["content"])
 
@@ -568,11 +591,17 @@ def run_parallel(model: Any, tools: dict[str, ToolSpec], gate: Gate, meter: Mete
     """
     reads = [ToolCall("p1", "lookup_order", {"order_id": "A-17"}),
              ToolCall("p2", "read_policy", {})]
-    joined = {call.name: meter.execute(call, tools, gate).content for call in reads}
-    refund = {"order_id": "A-17", "amount_cents": joined["lookup_order"]["paid_cents"]}
-    receipt = meter.execute(ToolCall("p3", "refund_order", refund), tools, gate).content
+    observed = {call.name: meter.execute(call, tools, gate) for call in reads}
+    if not observed["lookup_order"].ok:
+        return _no_refund(observed["lookup_order"])
+    joined = {name: observation.content for name, observation in observed.items()}
+    amount = joined["lookup_order"]["paid_cents"]
+    refund = meter.execute(ToolCall("p3", "refund_order",
+                                    {"order_id": "A-17", "amount_cents": amount}), tools, gate)
+    if not refund.ok:
+        return _no_refund(refund)
     prompt = (f"Order and policy: {json.dumps(joined)}. "
-              f"Draft one sentence citing {json.dumps(receipt)}.")
+              f"Draft one sentence citing {json.dumps(refund.content)}.")
     reply = meter.chat(model, [{"role": "user", "content": prompt}])
     return str(reply["content"])
 
@@ -602,12 +631,14 @@ def run_evaluator(model: Any, tools: dict[str, ToolSpec], gate: Gate, meter: Met
     refunded amount or ``max_rounds`` drafts have been tried. A rejected
     draft sends a one-line critique into the next prompt.
     """
-    receipt = _refund_paid_amount("e", tools, gate, meter)
-    amount = str(receipt["refunded_cents"])
+    refund = _refund_paid_amount("e", tools, gate, meter)
+    if not refund.ok:
+        return _no_refund(refund)
+    amount = str(refund.content["refunded_cents"])
     critique = ""
     draft = ""
     for _ in range(max_rounds):
-        prompt = f"Draft a reply for this receipt: {json.dumps(receipt)}.{critique}"
+        prompt = f"Draft a reply for this receipt: {json.dumps(refund.content)}.{critique}"
         draft = str(meter.chat(model, [{"role": "user", "content": prompt}])["content"])
         if amount in draft:
             break
