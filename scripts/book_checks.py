@@ -1,0 +1,510 @@
+"""Checks of the book's sources that need no Quarto.
+
+Quarto cannot run on every machine that builds this book, so what can be checked without it
+is checked here, from the files themselves: `_quarto.yml` lists every chapter and each listed
+file exists; every `@fig-`/`@tbl-`/`@eq-`/`@sec-` reference has its label; every citation has
+its entry in the bibliography; every diagram is a `{mermaid}` block; every figure has a label
+and a caption; the Binder environment pins what the pip requirements pin; the Binder and Colab
+links point at the book's repository; and a notebook that imports the package can install it.
+
+Each `check_*` function takes the book's root folder and returns the problems it found, one
+sentence each, naming the file; an empty list means the check passes. Run
+`python -m scripts.book_checks` to print them all.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import yaml
+
+CONFIG = "_quarto.yml"
+CROSSREF_KINDS = ("fig", "tbl", "eq", "sec", "lst")
+NOTEBOOK_DIRS = ("chapters", "exercises")  # where a notebook may import agentbook
+BADGE_FILES = ("README.md", "index.qmd")  # where readers find the Binder and Colab links
+
+# Pandoc's citation key: a letter, digit or underscore, then more of them, with single
+# punctuation marks allowed inside (so the colon in "see @sec-budgets:" is not part of the key).
+_KEY = r"[A-Za-z0-9_](?:[A-Za-z0-9_]|[:.#$%&\-+?<>~/](?=[A-Za-z0-9_]))*"
+# An @ right after a word character, a dot, a slash or a colon belongs to an e-mail address or
+# a URL, not to a citation.
+CITATION = re.compile(r"(?<![\w@.:/])@(" + _KEY + ")")
+# A label is an attribute in braces: {#sec-tools}, {#eq-step}, {#tbl-canon .striped}.
+ATTRIBUTE_LABEL = re.compile(r"\{[^{}\n]*?#((?:" + "|".join(CROSSREF_KINDS) + r")-[^\s{}]+)")
+BIB_ENTRY = re.compile(r"^\s*@(\w+)\s*\{\s*([^,\s]+)\s*,", re.MULTILINE)
+FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*(.*?)\s*$")
+CODE_SPAN = re.compile(r"(`+)(?!`).+?(?<!`)\1(?!`)", re.DOTALL)
+HTML_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
+MERMAID_DIV = re.compile(r"""<div\b[^>]*\bclass\s*=\s*["'][^"']*\bmermaid\b""", re.IGNORECASE)
+IMPORTS_AGENTBOOK = re.compile(r"^\s*(?:from\s+agentbook[\s.]|import\s+agentbook\b)", re.MULTILINE)
+CONDA_PIN = re.compile(r"^([A-Za-z0-9_.\-]+)\s*(?:==?|\s)\s*([^\s=<>!,*]+)$")
+PIP_PIN = re.compile(r"^([A-Za-z0-9_.\-]+)\s*==\s*([^\s;#]+)")
+
+# The first code cell of a notebook that imports the package. On Colab the package is missing
+# and this installs it; everywhere else it prints nothing, so nbval sees no new output.
+INSTALL_CELL = """\
+# On Colab the book's package is not installed yet; everywhere else this does nothing.
+import importlib.util
+import subprocess
+import sys
+
+if importlib.util.find_spec("agentbook") is None:
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
+                    "agentbook @ git+{repo_url}"], check=True)"""
+
+
+# --------------------------------------------------------------------------- reading the book
+
+
+def load_config(root: Path) -> dict[str, Any]:
+    """The parsed `_quarto.yml`, or an empty mapping when there is none."""
+    path = root / CONFIG
+    if not path.exists():
+        return {}
+    loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def listed_files(config: dict[str, Any]) -> list[str]:
+    """Every file the book lists, in reading order: chapters (parts flattened), appendices."""
+    book = config.get("book") or {}
+
+    def flatten(entries: list[Any]) -> Iterator[str]:
+        for entry in entries or []:
+            if isinstance(entry, str):
+                yield entry
+            elif isinstance(entry, dict):
+                part = entry.get("part")
+                if isinstance(part, str) and part.endswith((".qmd", ".md", ".ipynb")):
+                    yield part
+                yield from flatten(entry.get("chapters") or [])
+
+    return [*flatten(book.get("chapters") or []), *flatten(book.get("appendices") or [])]
+
+
+def repository(config: dict[str, Any]) -> tuple[str, str]:
+    """The book's GitHub repository as ("owner/name", branch), from `book: repo-url`."""
+    book = config.get("book") or {}
+    url = str(book.get("repo-url") or "").rstrip("/").removesuffix(".git")
+    match = re.fullmatch(r"https://github\.com/([^/\s]+/[^/\s]+)", url)
+    return (match.group(1) if match else ""), str(book.get("repo-branch") or "main")
+
+
+def binder_url(slug: str, branch: str, path: str) -> str:
+    """Open `path` of the repository in JupyterLab on mybinder.org."""
+    return f"https://mybinder.org/v2/gh/{slug}/{branch}?labpath={path.replace('/', '%2F')}"
+
+
+def colab_url(slug: str, branch: str, path: str) -> str:
+    """Open the notebook at `path` of the repository in Google Colab."""
+    return f"https://colab.research.google.com/github/{slug}/blob/{branch}/{path}"
+
+
+def cell_source(cell: dict[str, Any]) -> str:
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else str(source)
+
+
+def read_cells(path: Path) -> list[dict[str, Any]]:
+    """A notebook's cells (read as plain JSON: much faster than validating with nbformat)."""
+    cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
+    return [cell for cell in cells if isinstance(cell, dict)]
+
+
+@dataclass(frozen=True)
+class Text:
+    """A piece of markdown: a .qmd file or one markdown cell, and where it came from."""
+
+    where: str
+    text: str
+
+
+def book_markdown(root: Path) -> Iterator[Text]:
+    """The markdown of every listed file that exists: whole .qmd/.md files, markdown cells."""
+    for name in listed_files(load_config(root)):
+        path = root / name
+        if not path.is_file():
+            continue
+        if path.suffix == ".ipynb":
+            for number, cell in enumerate(read_cells(path), start=1):
+                if cell.get("cell_type") == "markdown":
+                    yield Text(f"{name}, cell {cell.get('id', number)}", cell_source(cell))
+        else:
+            yield Text(name, path.read_text(encoding="utf-8"))
+
+
+def book_code_cells(root: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every code cell of every listed notebook that exists, with where it came from."""
+    for name in listed_files(load_config(root)):
+        path = root / name
+        if path.suffix == ".ipynb" and path.is_file():
+            for number, cell in enumerate(read_cells(path), start=1):
+                if cell.get("cell_type") == "code":
+                    yield f"{name}, cell {cell.get('id', number)}", cell
+
+
+@dataclass(frozen=True)
+class Fence:
+    """A fenced block in markdown: its info string (```{mermaid} gives "{mermaid}") and body."""
+
+    info: str
+    lines: list[str]
+
+
+def split_fences(text: str) -> tuple[str, list[Fence]]:
+    """Separate markdown into the prose outside fenced blocks and the blocks themselves."""
+    prose: list[str] = []
+    fences: list[Fence] = []
+    opening: tuple[str, str] | None = None  # the fence characters and the info string
+    body: list[str] = []
+    for line in text.splitlines():
+        match = FENCE.match(line)
+        if opening is None:
+            if match:
+                opening, body = (match.group(1), match.group(2)), []
+            else:
+                prose.append(line)
+        elif match and match.group(1)[0] == opening[0][0] and len(match.group(1)) >= len(
+            opening[0]
+        ) and not match.group(2):
+            fences.append(Fence(opening[1], body))
+            opening = None
+        else:
+            body.append(line)
+    if opening is not None:  # an unclosed fence runs to the end, as in CommonMark
+        fences.append(Fence(opening[1], body))
+    return "\n".join(prose), fences
+
+
+def prose_of(text: str) -> str:
+    """Markdown without code blocks, code spans and comments: where references can live."""
+    prose, _ = split_fences(text)
+    return CODE_SPAN.sub(" ", HTML_COMMENT.sub(" ", prose))
+
+
+def cell_options(lines: list[str], prefix: str) -> dict[str, Any]:
+    """Quarto cell options: the leading `#| key: value` (or `%%| ...`) lines, as YAML."""
+    option_lines = []
+    for line in lines:
+        if not line.startswith(prefix):
+            break
+        option_lines.append(line[len(prefix):])
+    if not option_lines:
+        return {}
+    try:
+        options = yaml.safe_load(textwrap.dedent("\n".join(option_lines)))
+    except yaml.YAMLError:
+        return {}
+    return options if isinstance(options, dict) else {}
+
+
+def is_mermaid(fence: Fence) -> bool:
+    return fence.info == "{mermaid}"
+
+
+def references(text: str) -> Iterator[str]:
+    """Every `@key` in the prose of `text`, cross-references and citations alike."""
+    for match in CITATION.finditer(prose_of(text)):
+        yield match.group(1)
+
+
+def is_crossref(key: str) -> bool:
+    return key.split("-", 1)[0] in CROSSREF_KINDS and "-" in key
+
+
+# --------------------------------------------------------------------------- the checks
+
+
+def check_listed_files(root: Path) -> list[str]:
+    """`_quarto.yml` exists, every file it lists exists, and it lists every chapter notebook."""
+    config = load_config(root)
+    if not config:
+        return [f"{CONFIG} is missing or empty"]
+    problems = []
+    listed = listed_files(config)
+    if not listed:
+        problems.append(f"{CONFIG} lists no chapters under book: chapters")
+    bibliography = config.get("bibliography") or []
+    filters = config.get("filters") or []
+    others = [bibliography] if isinstance(bibliography, str) else list(bibliography)
+    others += [entry for entry in filters if isinstance(entry, str) and entry.endswith(".lua")]
+    for name in [*listed, *others]:
+        if not (root / name).is_file():
+            problems.append(f"{CONFIG} lists {name}, which does not exist")
+    for notebook in sorted((root / "chapters").glob("*.ipynb")):
+        name = notebook.relative_to(root).as_posix()
+        if name not in listed:
+            problems.append(f"{name} is a chapter notebook that {CONFIG} does not list")
+    return problems
+
+
+def labels(root: Path) -> dict[str, list[str]]:
+    """Every label in the book and where each is defined (more than once is a problem)."""
+    found: dict[str, list[str]] = {}
+    for piece in book_markdown(root):
+        prose, fences = split_fences(piece.text)
+        names = ATTRIBUTE_LABEL.findall(CODE_SPAN.sub(" ", prose))
+        names += [str(cell_options(fence.lines, "%%|").get("label", "")) for fence in fences
+                  if is_mermaid(fence)]
+        for name in names:
+            if name:
+                found.setdefault(name, []).append(piece.where)
+    for where, cell in book_code_cells(root):
+        label = cell_options(cell_source(cell).splitlines(), "#|").get("label")
+        if label:
+            found.setdefault(str(label), []).append(where)
+    return found
+
+
+def check_crossrefs(root: Path) -> list[str]:
+    """Every `@fig-`/`@tbl-`/`@eq-`/`@sec-` reference resolves to exactly one label, and the
+    prose refers to every figure and every equation."""
+    defined = labels(root)
+    problems = [f"label {name} is defined more than once: {'; '.join(places)}"
+                for name, places in sorted(defined.items()) if len(places) > 1]
+    referenced: set[str] = set()
+    for piece in book_markdown(root):
+        for key in references(piece.text):
+            if not is_crossref(key):
+                continue
+            referenced.add(key)
+            if key not in defined:
+                problems.append(f"{piece.where}: @{key} refers to a label the book does not have")
+    for name, places in sorted(defined.items()):
+        if name.startswith(("fig-", "eq-")) and name not in referenced:
+            problems.append(f"{places[0]}: {name} is never referred to as @{name}")
+    return problems
+
+
+def bibliography_keys(root: Path) -> tuple[str, set[str]]:
+    """The bibliography file `_quarto.yml` names and the keys of its entries."""
+    name = load_config(root).get("bibliography") or "references.bib"
+    name = name if isinstance(name, str) else name[0]
+    path = root / name
+    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    keys = {key for kind, key in BIB_ENTRY.findall(text)
+            if kind.lower() not in ("comment", "string", "preamble")}
+    return name, keys
+
+
+def check_citations(root: Path) -> list[str]:
+    """Every citation has an entry, and every entry is cited (the references page lists only
+    the works the book cites)."""
+    bib_name, keys = bibliography_keys(root)
+    problems = []
+    cited: set[str] = set()
+    for piece in book_markdown(root):
+        for key in references(piece.text):
+            if is_crossref(key):
+                continue
+            cited.add(key)
+            if key not in keys:
+                problems.append(f"{piece.where}: @{key} is cited but {bib_name} has no entry")
+    for key in sorted(keys - cited):
+        problems.append(f"{bib_name}: {key} is never cited, so the references page omits it")
+    return problems
+
+
+def check_diagrams(root: Path) -> list[str]:
+    """Every diagram is a ```{mermaid} block: no bare ```mermaid fence, no mermaid <div>."""
+    problems = []
+    for piece in book_markdown(root):
+        prose, fences = split_fences(piece.text)
+        for fence in fences:
+            if "mermaid" in fence.info and not is_mermaid(fence):
+                problems.append(f"{piece.where}: a diagram fenced as ```{fence.info} "
+                                "must be ```{mermaid}")
+        if MERMAID_DIV.search(CODE_SPAN.sub(" ", prose)):
+            problems.append(f'{piece.where}: a <div class="mermaid"> must be a '
+                            "```{mermaid} block")
+    return problems
+
+
+def check_figures(root: Path) -> list[str]:
+    """Every figure has a `fig-` label and a `fig-cap`; every `tbl-` labelled cell a `tbl-cap`.
+
+    A figure is a code cell with an image among its outputs, or a {mermaid} diagram.
+    """
+    problems = []
+
+    def caption_problems(where: str, options: dict[str, Any], figure: bool) -> None:
+        label = str(options.get("label") or "")
+        if figure and not label.startswith("fig-"):
+            problems.append(f"{where}: a figure needs a #| label: fig-... option")
+        if label.startswith("fig-") and not options.get("fig-cap"):
+            problems.append(f"{where}: figure {label} needs a fig-cap")
+        if label.startswith("tbl-") and not options.get("tbl-cap"):
+            problems.append(f"{where}: table {label} needs a tbl-cap")
+
+    for where, cell in book_code_cells(root):
+        outputs = cell.get("outputs") or []
+        has_image = any(key.startswith("image/") for output in outputs
+                        for key in (output.get("data") or {}))
+        caption_problems(where, cell_options(cell_source(cell).splitlines(), "#|"), has_image)
+    for piece in book_markdown(root):
+        for fence in split_fences(piece.text)[1]:
+            if is_mermaid(fence):
+                caption_problems(piece.where, cell_options(fence.lines, "%%|"), True)
+    return problems
+
+
+def normalize(name: str) -> str:
+    """A package name as PyPI compares them (PEP 503); conda-forge uses the same names here."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pip_pins(path: Path) -> dict[str, str]:
+    """`name==version` lines of a requirements file, following `-r other.txt` includes."""
+    pins: dict[str, str] = {}
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if line.startswith(("-r ", "--requirement ")):
+            pins.update(pip_pins(path.parent / line.split(maxsplit=1)[1]))
+        elif match := PIP_PIN.match(line):
+            pins[normalize(match.group(1))] = match.group(2)
+    return pins
+
+
+def check_environment(root: Path) -> list[str]:
+    """environment.yml (Binder) pins everything, as the pip requirements do, and installs the
+    package itself."""
+    path = root / "environment.yml"
+    if not path.is_file():
+        return ["environment.yml is missing"]
+    environment = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    problems = []
+    if "conda-forge" not in (environment.get("channels") or []):
+        problems.append("environment.yml: channels must include conda-forge")
+    pinned: dict[str, str] = {}
+    installs_package = False
+    for dependency in environment.get("dependencies") or []:
+        if isinstance(dependency, dict):
+            for line in dependency.get("pip") or []:
+                line = str(line).strip()
+                if line in ("-e .", "."):
+                    installs_package = True
+                elif match := PIP_PIN.match(line):
+                    pinned[normalize(match.group(1))] = match.group(2)
+                else:
+                    problems.append(f"environment.yml: pip requirement {line!r} is not pinned")
+        elif match := CONDA_PIN.match(str(dependency).strip()):
+            pinned[normalize(match.group(1))] = match.group(2)
+        else:
+            problems.append(f"environment.yml: {dependency!r} is not pinned to one version")
+    if not installs_package:
+        problems.append("environment.yml: the pip section must install the book's package "
+                        "with '-e .', so that `import agentbook` works")
+    if not re.fullmatch(r"3\.\d+\.\d+", pinned.get("python", "")):
+        problems.append("environment.yml: python must be pinned to a full version, e.g. 3.11.7")
+    requirements = {name: pip_pins(root / name) for name in
+                    ("requirements.txt", "requirements-dev.txt") if (root / name).is_file()}
+    for package, version in requirements.get("requirements.txt", {}).items():
+        if package not in pinned:
+            problems.append(f"environment.yml does not pin {package} "
+                            f"(requirements.txt pins {version})")
+    for name, pins in requirements.items():
+        for package, version in pins.items():
+            if package in pinned and pinned[package] != version:
+                problems.append(f"environment.yml pins {package} {pinned[package]}, "
+                                f"but {name} pins {version}")
+    return problems
+
+
+def launch_urls(text: str) -> Iterator[str]:
+    for match in re.finditer(r"https://(?:mybinder\.org/v2/gh|colab\.research\.google\.com/"
+                             r"github)/[^\s)\"'<>\]]+", text):
+        yield match.group(0)
+
+
+def launch_target(url: str) -> tuple[str, str, str]:
+    """The (owner/name, branch, path) a Binder or Colab URL opens; path "" for none."""
+    parts = urlsplit(url)
+    pieces = parts.path.strip("/").split("/")
+    if parts.netloc == "mybinder.org":  # /v2/gh/OWNER/NAME/BRANCH?labpath=PATH
+        slug, branch = "/".join(pieces[2:4]), "/".join(pieces[4:])
+        path = unquote(parse_qs(parts.query).get("labpath", [""])[0])
+        return slug, branch, path
+    # colab: /github/OWNER/NAME/blob/BRANCH/PATH
+    slug, branch = "/".join(pieces[1:3]), pieces[4] if len(pieces) > 4 else ""
+    return slug, branch, "/".join(pieces[5:])
+
+
+def check_launch_links(root: Path) -> list[str]:
+    """README.md and the preface carry Binder and Colab links to the repository that
+    `_quarto.yml` names (`book: repo-url`, `repo-branch`), opening files that exist."""
+    slug, branch = repository(load_config(root))
+    if not slug:
+        return [f"{CONFIG}: book: repo-url must be a https://github.com/OWNER/NAME address"]
+    problems = []
+    for name in BADGE_FILES:
+        path = root / name
+        if not path.is_file():
+            problems.append(f"{name} is missing")
+            continue
+        urls = list(launch_urls(path.read_text(encoding="utf-8")))
+        for service in ("mybinder.org", "colab.research.google.com"):
+            if not any(urlsplit(url).netloc == service for url in urls):
+                problems.append(f"{name} has no {service} link")
+        for url in urls:
+            target_slug, target_branch, target = launch_target(url)
+            if (target_slug, target_branch) != (slug, branch):
+                problems.append(f"{name}: {url} opens {target_slug}@{target_branch}, "
+                                f"not {slug}@{branch} from {CONFIG}")
+            if target and not (root / target).exists():
+                problems.append(f"{name}: {url} opens {target}, which does not exist")
+    return problems
+
+
+def check_install_cells(root: Path) -> list[str]:
+    """A notebook under chapters/ or exercises/ that imports agentbook first runs the install
+    cell, unchanged and with no stored output."""
+    slug, _ = repository(load_config(root))
+    expected = INSTALL_CELL.format(repo_url=f"https://github.com/{slug}")
+    problems = []
+    notebooks = [path for folder in NOTEBOOK_DIRS
+                 for path in sorted((root / folder).rglob("*.ipynb"))
+                 if ".ipynb_checkpoints" not in path.parts]
+    for path in notebooks:
+        name = path.relative_to(root).as_posix()
+        code = [cell for cell in read_cells(path) if cell.get("cell_type") == "code"]
+        first_import = next((number for number, cell in enumerate(code)
+                             if IMPORTS_AGENTBOOK.search(cell_source(cell))), None)
+        if first_import is None:
+            continue
+        installs = [cell for cell in code[:first_import]
+                    if 'find_spec("agentbook")' in cell_source(cell)]
+        if not installs:
+            problems.append(f"{name}: code cell {first_import + 1} imports agentbook, but no "
+                            "install cell comes before it")
+            continue
+        if cell_source(installs[0]).strip() != expected:
+            problems.append(f"{name}: the install cell differs from the book's (see "
+                            "INSTALL_CELL in scripts/book_checks.py)")
+        if installs[0].get("outputs"):
+            problems.append(f"{name}: the install cell has stored outputs; where the package "
+                            "is installed it must print nothing")
+    return problems
+
+
+CHECKS = (check_listed_files, check_crossrefs, check_citations, check_diagrams, check_figures,
+          check_environment, check_launch_links, check_install_cells)
+
+
+def main(argv: list[str] | None = None) -> int:
+    root = Path(argv[0]) if argv else Path(__file__).resolve().parent.parent
+    problems = [problem for check in CHECKS for problem in check(root)]
+    for problem in problems:
+        print(problem)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,275 @@
+"""The book's structure, checked without Quarto (scripts/book_checks.py holds the checks).
+
+Each test runs one check twice: on the real book, where it must find nothing, and on a small
+book in tmp_path that is first whole (nothing found either) and then broken on purpose, where
+the check must name the specific problem. A check that passes everything would fail here.
+"""
+
+import contextlib
+import io
+import json
+import zlib
+from pathlib import Path
+
+import pytest
+
+from scripts import book_checks
+from scripts.book_checks import (
+    check_citations,
+    check_crossrefs,
+    check_diagrams,
+    check_environment,
+    check_figures,
+    check_install_cells,
+    check_launch_links,
+    check_listed_files,
+)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO = "https://github.com/example/tiny"
+
+CONFIG = f"""\
+project:
+  type: book
+book:
+  title: tiny
+  repo-url: {REPO}
+  repo-branch: main
+  chapters:
+    - index.qmd
+    - chapters/01_one.ipynb
+    - references.qmd
+bibliography: references.bib
+"""
+
+BINDER = book_checks.binder_url("example/tiny", "main", "chapters/01_one.ipynb")
+COLAB = book_checks.colab_url("example/tiny", "main", "chapters/01_one.ipynb")
+
+INDEX = f"""\
+# Preface {{.unnumbered}}
+
+[![Binder](https://mybinder.org/badge_logo.svg)]({BINDER})
+[![Colab](https://colab.research.google.com/assets/colab-badge.svg)]({COLAB})
+
+We follow @yao2023react; mail me@example.com. Cells marked `# @save` and `@decorators`
+in code are not citations:
+
+```python
+@save
+def f(): ...
+```
+"""
+
+CHAPTER_PROSE = """\
+# One {#sec-one}
+
+See @fig-loop, @fig-bars and @tbl-costs; the step is @eq-step, in @sec-one.
+
+$$
+x = 1
+$$ {#eq-step}
+
+```{mermaid}
+%%| label: fig-loop
+%%| fig-cap: "The loop."
+flowchart LR
+  A --> B
+```
+"""
+
+BIB = """\
+@inproceedings{yao2023react,
+  title = {ReAct},
+  year  = {2023},
+}
+"""
+
+ENVIRONMENT = """\
+channels: [conda-forge]
+dependencies:
+  - python=3.11.7
+  - numpy=2.4.6
+  - pip:
+      - -e .
+"""
+
+
+def code_cell(source: str, outputs: list[dict[str, object]] | None = None) -> dict[str, object]:
+    return {"cell_type": "code", "execution_count": None, "id": f"c{zlib.crc32(source.encode())}",
+            "metadata": {}, "outputs": outputs or [], "source": source}
+
+
+def markdown_cell(source: str) -> dict[str, object]:
+    return {"cell_type": "markdown", "id": f"m{zlib.crc32(source.encode())}", "metadata": {},
+            "source": source}
+
+
+SVG_OUTPUT = {"output_type": "display_data", "metadata": {},
+              "data": {"image/svg+xml": "<svg/>", "text/plain": "<SVG>"}}
+TABLE_OUTPUT = {"output_type": "execute_result", "execution_count": 1, "metadata": {},
+                "data": {"text/plain": "table"}}
+
+
+def write_notebook(path: Path, cells: list[dict[str, object]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    notebook = {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path.write_text(json.dumps(notebook), encoding="utf-8")
+
+
+def chapter_cells() -> list[dict[str, object]]:
+    return [
+        markdown_cell(CHAPTER_PROSE),
+        code_cell('#| label: fig-bars\n#| fig-cap: "Bars."\nshow()', [SVG_OUTPUT]),
+        code_cell('#| label: tbl-costs\n#| tbl-cap: "Costs."\ntable', [TABLE_OUTPUT]),
+    ]
+
+
+@pytest.fixture
+def book(tmp_path: Path) -> Path:
+    """A whole, tiny book: every check finds nothing in it."""
+    (tmp_path / "_quarto.yml").write_text(CONFIG, encoding="utf-8")
+    (tmp_path / "index.qmd").write_text(INDEX, encoding="utf-8")
+    (tmp_path / "references.qmd").write_text("# References\n\n::: {#refs}\n:::\n")
+    (tmp_path / "references.bib").write_text(BIB, encoding="utf-8")
+    (tmp_path / "README.md").write_text(INDEX, encoding="utf-8")
+    (tmp_path / "requirements.txt").write_text("numpy==2.4.6\n")
+    (tmp_path / "requirements-dev.txt").write_text("-r requirements.txt\npytest==9.2.0\n")
+    (tmp_path / "environment.yml").write_text(ENVIRONMENT, encoding="utf-8")
+    write_notebook(tmp_path / "chapters" / "01_one.ipynb", chapter_cells())
+    for check in book_checks.CHECKS:
+        assert check(tmp_path) == [], check.__name__
+    return tmp_path
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert old in text, f"the fixture no longer contains {old!r}"
+    path.write_text(text.replace(old, new), encoding="utf-8")
+
+
+def test_quarto_yml_lists_every_chapter_and_every_listed_file_exists(book: Path) -> None:
+    write_notebook(book / "chapters" / "02_two.ipynb", [markdown_cell("# Two")])
+    edit(book / "_quarto.yml", "    - references.qmd", "    - references.qmd\n    - gone.qmd")
+    assert check_listed_files(book) == [
+        "_quarto.yml lists gone.qmd, which does not exist",
+        "chapters/02_two.ipynb is a chapter notebook that _quarto.yml does not list",
+    ]
+    assert check_listed_files(REPO_ROOT) == []
+
+def test_every_cross_reference_resolves_to_a_label(book: Path) -> None:
+    edit(book / "chapters" / "01_one.ipynb", "in @sec-one", "in @sec-two")
+    edit(book / "chapters" / "01_one.ipynb", "See @fig-loop, ", "See ")
+    edit(book / "index.qmd", "We follow", "As @fig-bars shows, and @eq-missing: we follow")
+    prose = f"chapters/01_one.ipynb, cell {chapter_cells()[0]['id']}"
+    assert check_crossrefs(book) == [
+        "index.qmd: @eq-missing refers to a label the book does not have",
+        f"{prose}: @sec-two refers to a label the book does not have",
+        f"{prose}: fig-loop is never referred to as @fig-loop",
+    ]
+    assert check_crossrefs(REPO_ROOT) == []
+
+def test_a_label_defined_twice_is_reported(book: Path) -> None:
+    edit(book / "index.qmd", "We follow", "## Again {#sec-one}\n\nWe follow")
+    assert check_crossrefs(book) == [
+        f"label sec-one is defined more than once: index.qmd; chapters/01_one.ipynb, cell "
+        f"{chapter_cells()[0]['id']}",
+    ]
+
+
+def test_every_citation_key_is_in_references_bib(book: Path) -> None:
+    edit(book / "index.qmd", "We follow @yao2023react", "We follow [@shinn2023; see @yao2023react]")
+    edit(book / "references.bib", "@inproceedings", "@misc{unused,\n  title = {U},\n}\n\n"
+                                                    "@inproceedings")
+    assert check_citations(book) == [
+        "index.qmd: @shinn2023 is cited but references.bib has no entry",
+        "references.bib: unused is never cited, so the references page omits it",
+    ]
+    assert check_citations(REPO_ROOT) == []
+
+def test_code_e_mail_and_punctuation_are_not_citations() -> None:
+    text = ("Use `# @save` and ```@x```; write to me@example.com or https://x.org/@y; "
+            "see @sec-budgets: and [-@fig-a], [@yao2023react, p. 3].")
+    assert list(book_checks.references(text)) == ["sec-budgets", "fig-a", "yao2023react"]
+
+
+def test_every_diagram_uses_the_mermaid_cell_form(book: Path) -> None:
+    edit(book / "index.qmd", "We follow", "```mermaid\nflowchart LR\n  A --> B\n```\n\n"
+                                          '<div class="mermaid">graph TD</div>\n\nWe follow')
+    assert check_diagrams(book) == [
+        "index.qmd: a diagram fenced as ```mermaid must be ```{mermaid}",
+        'index.qmd: a <div class="mermaid"> must be a ```{mermaid} block',
+    ]
+    assert check_diagrams(REPO_ROOT) == []
+
+def test_every_figure_has_a_label_and_a_caption(book: Path) -> None:
+    cells = chapter_cells()
+    cells[0] = markdown_cell(CHAPTER_PROSE.replace('%%| fig-cap: "The loop."\n', ""))
+    cells[1] = code_cell("show()", [SVG_OUTPUT])
+    cells[2] = code_cell("#| label: tbl-costs\ntable", [TABLE_OUTPUT])
+    write_notebook(book / "chapters" / "01_one.ipynb", cells)
+    where = [f"chapters/01_one.ipynb, cell {cell['id']}" for cell in cells]
+    assert check_figures(book) == [
+        f"{where[1]}: a figure needs a #| label: fig-... option",
+        f"{where[2]}: table tbl-costs needs a tbl-cap",
+        f"{where[0]}: figure fig-loop needs a fig-cap",
+    ]
+    assert check_figures(REPO_ROOT) == []
+
+def test_environment_yml_pins_agree_with_the_pip_pins(book: Path) -> None:
+    (book / "requirements.txt").write_text("numpy==2.4.6\npandas==3.1.1\n")
+    edit(book / "environment.yml", "numpy=2.4.6", "numpy=2.4.5\n  - pytest=9.1.0\n  - httpx")
+    edit(book / "environment.yml", "      - -e .", "      - requests")
+    assert check_environment(book) == [
+        "environment.yml: 'httpx' is not pinned to one version",
+        "environment.yml: pip requirement 'requests' is not pinned",
+        "environment.yml: the pip section must install the book's package with '-e .', "
+        "so that `import agentbook` works",
+        "environment.yml does not pin pandas (requirements.txt pins 3.1.1)",
+        "environment.yml pins numpy 2.4.5, but requirements.txt pins 2.4.6",
+        "environment.yml pins numpy 2.4.5, but requirements-dev.txt pins 2.4.6",
+        "environment.yml pins pytest 9.1.0, but requirements-dev.txt pins 9.2.0",
+    ]
+    assert check_environment(REPO_ROOT) == []
+
+def test_binder_and_colab_badges_follow_the_repository_in_quarto_yml(book: Path) -> None:
+    edit(book / "README.md", "v2/gh/example/tiny/main", "v2/gh/someone/else/main")
+    edit(book / "index.qmd", "blob/main/chapters/01_one.ipynb", "blob/main/chapters/09_gone.ipynb")
+    colab = book_checks.colab_url("example/tiny", "main", "chapters/09_gone.ipynb")
+    assert check_launch_links(book) == [
+        "README.md: https://mybinder.org/v2/gh/someone/else/main?labpath=chapters%2F01_one.ipynb "
+        "opens someone/else@main, not example/tiny@main from _quarto.yml",
+        f"index.qmd: {colab} opens chapters/09_gone.ipynb, which does not exist",
+    ]
+    assert check_launch_links(REPO_ROOT) == []
+
+def test_a_notebook_that_imports_agentbook_installs_it_first(book: Path) -> None:
+    install = book_checks.INSTALL_CELL.format(repo_url=REPO)
+    exercises = book / "exercises"
+    write_notebook(exercises / "good.ipynb", [code_cell(install), code_cell("import agentbook")])
+    write_notebook(exercises / "none.ipynb", [code_cell("from agentbook import run_agent")])
+    write_notebook(exercises / "late.ipynb", [code_cell("import agentbook.anatomy"),
+                                              code_cell(install)])
+    write_notebook(exercises / "noisy.ipynb", [
+        code_cell(install, [{"output_type": "stream", "name": "stdout", "text": "Installing"}]),
+        code_cell("from agentbook import *"),
+    ])
+    write_notebook(exercises / "other.ipynb", [
+        code_cell(install.replace(REPO, "https://github.com/someone/else")),
+        code_cell("from agentbook import *"),
+    ])
+    assert check_install_cells(book) == [
+        "exercises/late.ipynb: code cell 1 imports agentbook, but no install cell comes before it",
+        "exercises/noisy.ipynb: the install cell has stored outputs; where the package is "
+        "installed it must print nothing",
+        "exercises/none.ipynb: code cell 1 imports agentbook, but no install cell comes before it",
+        "exercises/other.ipynb: the install cell differs from the book's (see INSTALL_CELL in "
+        "scripts/book_checks.py)",
+    ]
+    assert check_install_cells(REPO_ROOT) == []
+
+def test_the_install_cell_prints_nothing_where_agentbook_is_installed() -> None:
+    """Run here, where the package is installed: the cell must neither print nor install."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        exec(book_checks.INSTALL_CELL.format(repo_url=REPO), {})
+    assert out.getvalue() == ""
