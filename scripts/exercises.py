@@ -1,0 +1,213 @@
+"""Build the student version of each chapter's exercises with otter-grader.
+
+An exercises notebook is written once, as an otter-grader assignment, in
+``exercises/source/NAME.ipynb``: every question with its reference solution
+between solution markers, and its public and hidden tests. ``otter assign``
+turns it into two versions. The student version (no solutions, public tests
+only) is committed as ``exercises/NAME.ipynb``, with its public tests in
+``exercises/tests/``. The autograder version (solutions and every test) is not
+committed: it is rebuilt whenever it is needed.
+
+    python -m scripts.exercises                 write the student versions
+    python -m scripts.exercises --check         exit 1 with a diff when they are stale
+    python -m scripts.exercises --autograder D  also keep the autograder versions in D
+
+Either way ``otter assign`` first runs every test against the solutions, and a
+solution that fails its own tests stops the build with otter's report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import nbformat
+
+from scripts.regenerate import KERNELSPEC
+
+ROOT = Path(__file__).resolve().parent.parent
+EXERCISES_DIR = "exercises"
+SOURCE_DIR = "exercises/source"
+TESTS_DIR = "exercises/tests"
+
+
+class ExercisesError(Exception):
+    """The student versions could not be built; the message says which notebook and why."""
+
+
+def source_notebooks(root: Path) -> list[Path]:
+    """The annotated exercise notebooks, in file-name order."""
+    return sorted((root / SOURCE_DIR).glob("*.ipynb"))
+
+
+def run_otter_assign(source: Path, output: Path) -> None:
+    """Run ``otter assign`` on one source notebook, tests included, into ``output``.
+
+    Otter's scratch files (the tests it hands to its autograder generator, the
+    folders it grades in) go to a temporary folder inside ``output`` too, so
+    nothing is left behind in the system's temporary folder.
+    """
+    scratch = output / "scratch"
+    scratch.mkdir(parents=True)
+    command = [sys.executable, "-m", "otter", "assign", str(source), str(output / "dist")]
+    completed = subprocess.run(command, capture_output=True, text=True,
+                               env={**os.environ, "TMPDIR": str(scratch)})
+    if completed.returncode != 0:
+        report = (completed.stdout + completed.stderr).strip()
+        raise ExercisesError(
+            f"otter assign failed for {source.name}; every solution must pass its own tests.\n"
+            f"{report}"
+        )
+
+
+def stable_ids(notebook: nbformat.NotebookNode, source_ids: set[str]) -> None:
+    """Give the cells otter creates ids that are the same on every run.
+
+    Cells copied from the source keep their ids. Otter's own cells (check
+    cells, answer placeholders, PDF markers) are new each run and get random
+    ids; each is renamed after the nearest source cell above it.
+    """
+    anchor, count, used = "start", 0, set()
+    for cell in notebook.cells:
+        if cell.get("id") in source_ids and cell.id not in used:
+            anchor, count = cell.id, 0
+        else:
+            count += 1
+            cell.id = f"{anchor}-otter-{count}"
+        used.add(cell.id)
+
+
+def normalize(text: str, source_ids: set[str]) -> str:
+    """The student notebook with only the metadata that does not vary between machines."""
+    notebook = nbformat.reads(text, as_version=4)
+    notebook.metadata = nbformat.NotebookNode({"kernelspec": KERNELSPEC})
+    stable_ids(notebook, source_ids)
+    nbformat.validate(notebook)
+    result = str(nbformat.writes(notebook))
+    return result if result.endswith("\n") else result + "\n"
+
+
+def build(root: Path, autograder: Path | None = None) -> dict[str, str]:
+    """Every student file the sources produce: path relative to ``root`` -> file text."""
+    files: dict[str, str] = {}
+    made_by: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="agentbook-exercises-") as scratch:
+        for source in source_notebooks(root):
+            output = Path(scratch, source.stem)
+            run_otter_assign(source, output)
+            source_ids = {cell.get("id") for cell in nbformat.read(source, as_version=4).cells}
+            student = output / "dist" / "student"
+            for path in sorted(p for p in student.rglob("*") if p.is_file()):
+                relative = f"{EXERCISES_DIR}/{path.relative_to(student).as_posix()}"
+                if relative in made_by:
+                    raise ExercisesError(
+                        f"{source.name} and {made_by[relative]} both write {relative}; "
+                        "give their questions different names"
+                    )
+                made_by[relative] = source.name
+                text = path.read_text(encoding="utf-8")
+                files[relative] = normalize(text, source_ids) if path.suffix == ".ipynb" else text
+            if autograder is not None:
+                target = autograder / source.stem
+                shutil.rmtree(target, ignore_errors=True)
+                shutil.copytree(output / "dist" / "autograder", target)
+    return files
+
+
+def committed_files(root: Path, wanted: dict[str, str]) -> dict[str, str]:
+    """The committed student files: every notebook in exercises/ and everything in its tests/.
+
+    All of them are generated, so one that no source produces any more is stale too.
+    """
+    paths = set(wanted)
+    paths |= {p.relative_to(root).as_posix() for p in (root / EXERCISES_DIR).glob("*.ipynb")}
+    tests = root / TESTS_DIR
+    if tests.is_dir():
+        paths |= {p.relative_to(root).as_posix() for p in tests.rglob("*") if p.is_file()}
+    found: dict[str, str] = {}
+    for relative in sorted(paths):
+        path = root / relative
+        if path.is_file():
+            # newline="" keeps line endings as they are, so CRLF counts as a difference.
+            with path.open(encoding="utf-8", newline="") as file:
+                found[relative] = file.read()
+    return found
+
+
+def diff(committed: dict[str, str], wanted: dict[str, str]) -> str:
+    """A unified diff from the committed student files to the wanted ones; empty if equal."""
+    chunks: list[str] = []
+    for relative in sorted(set(committed) | set(wanted)):
+        old, new = committed.get(relative), wanted.get(relative)
+        if old == new:
+            continue
+        chunks.extend(difflib.unified_diff(
+            (old or "").splitlines(keepends=True),
+            (new or "").splitlines(keepends=True),
+            fromfile=f"a/{relative}" if old is not None else "/dev/null",
+            tofile=f"b/{relative}" if new is not None else "/dev/null",
+        ))
+    return "".join(chunks)
+
+
+def write(root: Path, wanted: dict[str, str], committed: dict[str, str]) -> list[str]:
+    """Bring the student files up to date; return the paths that changed."""
+    changed = []
+    for relative in sorted(set(committed) | set(wanted)):
+        if committed.get(relative) == wanted.get(relative):
+            continue
+        path = root / relative
+        if relative in wanted:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("w", encoding="utf-8", newline="") as file:
+                file.write(wanted[relative])
+        else:
+            path.unlink()
+        changed.append(relative)
+    return changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true",
+                        help="fail with a diff when the committed student versions are stale")
+    parser.add_argument("--autograder", type=Path, metavar="DIR",
+                        help="also keep each autograder version, zip included, in DIR/NAME/")
+    parser.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    root = args.root.resolve()
+    if not source_notebooks(root):
+        print(f"no exercise notebooks in {SOURCE_DIR}/", file=sys.stderr)
+        return 2
+    autograder = args.autograder.resolve() if args.autograder else None
+    try:
+        wanted = build(root, autograder)
+    except ExercisesError as error:
+        print(error, file=sys.stderr)
+        return 2
+    committed = committed_files(root, wanted)
+    if args.check:
+        stale = diff(committed, wanted)
+        if stale:
+            print("The committed student exercises are stale; run `python -m scripts.exercises` "
+                  "and commit the result.\n", file=sys.stderr)
+            print(stale, file=sys.stderr)
+            return 1
+        print("student exercises are up to date; every solution passes its tests")
+        return 0
+    changed = write(root, wanted, committed)
+    for relative in changed:
+        print(f"wrote {relative}" if relative in wanted else f"removed {relative}")
+    if not changed:
+        print("student exercises were already up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
