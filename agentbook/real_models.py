@@ -22,7 +22,9 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 import argparse
+import signal
 import sys
+from types import FrameType
 from pathlib import Path
 
 __all__ = [
@@ -580,6 +582,11 @@ def load_script(path: Path) -> Callable[[], ScriptedModel]:
     return new_model
 
 
+def _stop_serving(signum: int, frame: FrameType | None) -> None:
+    """Treat a termination request like Ctrl-C, so the server stops cleanly."""
+    raise KeyboardInterrupt
+
+
 def serve_main(argv: Sequence[str] | None = None) -> int:
     """``python -m agentbook.serve``: replay a script over HTTP until interrupted."""
     parser = argparse.ArgumentParser(
@@ -600,6 +607,7 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         return 2
     print(f"replaying {args.script or 'the over-reaching model'} at {server.base_url}; "
           "Ctrl-C stops", flush=True)
+    signal.signal(signal.SIGTERM, _stop_serving)  # what `kill` and service managers send
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -63,11 +63,14 @@ def bench_commands(python: str) -> None:
         subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
         for command in ("test", "book"):
             for attempt in ("first run", "repeat"):
-                status: list[int] = []
-                seconds = timed(lambda command=command, status=status: status.append(
+                runs: list[subprocess.CompletedProcess[str]] = []
+                seconds = timed(lambda command=command, runs=runs: runs.append(
                     subprocess.run([python, "dev.py", command], cwd=clone,
-                                   capture_output=True).returncode))
-                report(f"python3 dev.py {command} ({attempt}, exit {status[0]})", [seconds])
+                                   capture_output=True, text=True)))
+                report(f"python3 dev.py {command} ({attempt}, exit {runs[0].returncode})",
+                       [seconds])
+                if runs[0].returncode not in (0, 3):  # 3: rendered nothing, Quarto missing
+                    print((runs[0].stdout + runs[0].stderr)[-3000:], flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
