@@ -50,10 +50,14 @@ def bench_chapters(runs: int) -> None:
 
 
 def bench_tests(runs: int) -> None:
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-    seconds = [timed(lambda: subprocess.run(command, cwd=ROOT, check=True,
-                                            capture_output=True)) for _ in range(runs)]
-    report("pytest (whole suite)", seconds)
+    """The suite as `dev.py test` runs it (on every core), and on one core for comparison."""
+    serial = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    for label, command in [("pytest -n auto (as dev.py test runs it)",
+                            [*serial, "-n", "auto", "--dist", "loadfile"]),
+                           ("pytest on one core", serial)]:
+        seconds = [timed(lambda command=command: subprocess.run(
+            command, cwd=ROOT, check=True, capture_output=True)) for _ in range(runs)]
+        report(label, seconds)
 
 
 def bench_commands(python: str) -> None:
