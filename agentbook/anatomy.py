@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from collections.abc import Callable
 from typing import Any
 from enum import StrEnum
+from collections import Counter
 
 __all__ = [
     "ToolSpec",
@@ -414,6 +415,11 @@ def _tool_message(observation: Observation) -> dict[str, Any]:
             "content": json.dumps(body, default=str)}
 
 
+def _fingerprint(call: ToolCall) -> str:
+    """Name a proposal by its tool and its arguments, so a repeat can be recognized."""
+    return f"{call.name}:{json.dumps(call.arguments, sort_keys=True)}"
+
+
 def run_agent(
     task: str,
     model: Any,
@@ -432,28 +438,26 @@ def run_agent(
     """
     state = RunState(messages=[{"role": "system", "content": SYSTEM_PROMPT},
                                {"role": "user", "content": task}])
-    denial_counts: dict[str, int] = {}
+    refused: Counter[str] = Counter()
     while state.turns < limits.max_turns:
-        prompt_tokens = estimate_tokens(state.messages)
-        if prompt_tokens > limits.max_prompt_tokens:
+        size = estimate_tokens(state.messages)
+        if size > limits.max_prompt_tokens:  # checked before paying for the call
             return RunResult(Stop.TOKEN_LIMIT, None, state)
-        state.prompt_token_log.append(prompt_tokens)
+        state.prompt_token_log.append(size)
         reply = _as_assistant_message(model.chat(state.messages))
         state.messages.append(reply)
         state.turns += 1
-        calls = parse_tool_calls(reply)
-        if not calls:
+        proposals = parse_tool_calls(reply)
+        if not proposals:
             return RunResult(Stop.ANSWERED, reply.get("content"), state)
-        for call in calls:
+        for call in proposals:
             observation = execute_call(call, tools, gate)
             state.observations.append(observation)
             state.messages.append(_tool_message(observation))
-            if observation.kind != "denied":
-                continue
-            fingerprint = f"{call.name}:{json.dumps(call.arguments, sort_keys=True)}"
-            denial_counts[fingerprint] = denial_counts.get(fingerprint, 0) + 1
-            if denial_counts[fingerprint] >= limits.repeated_denials:
-                return RunResult(Stop.NO_PROGRESS, None, state)
+            if observation.kind == "denied":
+                refused[_fingerprint(call)] += 1
+                if refused[_fingerprint(call)] >= limits.repeated_denials:
+                    return RunResult(Stop.NO_PROGRESS, None, state)
     return RunResult(Stop.STEP_LIMIT, None, state)
 
 
