@@ -357,7 +357,7 @@ def check_figures(root: Path) -> list[str]:
 
 
 def normalize(name: str) -> str:
-    """A package name as PyPI compares them (PEP 503); conda-forge uses the same names here."""
+    """A package name in the normal form of PEP 503, which conda-forge also uses for these."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
