@@ -54,7 +54,7 @@ class ToolSpec:
     ``schema`` names every argument and the Python type it must have. The
     model sees the schema (as JSON) and never the handler; the harness checks
     every proposal against it before the handler is called. ``effectful``
-    marks tools that change the world rather than read it.
+    is true for a tool that writes (a refund) rather than only reads.
     """
 
     description: str
@@ -135,9 +135,9 @@ def _type_problem(value: Any, expected: type) -> str | None:
 def validate_call(call: ToolCall, tools: dict[str, ToolSpec]) -> str | None:
     """Decide whether a proposal is well formed; return the reason if it is not.
 
-    Well formed means: the parser could read it, the tool exists, the
-    argument names are exactly the declared ones, and each value has its
-    declared type. Whether the call is *allowed* is a separate question,
+    Well formed means: the parser could read it, the registry has a tool
+    of that name, its argument names match the declared ones exactly, and
+    each value has its declared type. Whether the call is *allowed* is a separate question,
     answered by the gate.
     """
     if call.arguments is None:
@@ -298,7 +298,7 @@ class Limits:
 
     ``max_turns`` caps model calls, ``max_prompt_tokens`` caps the estimated
     size of any one prompt, and ``repeated_denials`` is how many times the
-    very same proposal may be denied before the run counts as stuck.
+    very same proposal can be refused before the run counts as stuck.
     """
 
     max_turns: int = 8
@@ -505,7 +505,7 @@ AUTO_REFUND_LIMIT_CENTS = 5000
 
 
 def refund_gate(call: ToolCall) -> tuple[bool, str]:
-    """The desk's refund policy, checked on the exact arguments about to run.
+    """The desk's refund policy, applied to the very arguments the handler would get.
 
     Refunds above ``AUTO_REFUND_LIMIT_CENTS`` are denied, and so is any
     refund that would not move a positive whole number of cents. Every other
