@@ -8,6 +8,10 @@ from collections.abc import Callable
 from typing import Any
 from enum import StrEnum
 from collections import Counter
+import io
+from pathlib import Path
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 __all__ = [
     "ToolSpec",
@@ -33,8 +37,10 @@ __all__ = [
     "run_agent",
     "print_transcript",
     "overreaching_model",
+    "SYSTEM_PROMPT_WITH_LIMIT",
     "AUTO_REFUND_LIMIT_CENTS",
     "refund_gate",
+    "show_figure",
     "Meter",
     "run_chain",
     "run_parallel",
@@ -72,7 +78,8 @@ def make_environment() -> tuple[dict[str, ToolSpec], list[dict[str, Any]]]:
     a list that only grows. The log is the witness the rest of the book
     trusts: whether money moved is read there, never in what the model says.
     """
-    orders = {"A-17": {"order_id": "A-17", "status": "damaged", "paid_cents": 4999}}
+    orders = {"A-17": {"order_id": "A-17", "status": "damaged",
+                       "paid_cents": 4999}}
     effects: list[dict[str, Any]] = []
 
     def lookup_order(order_id: str) -> dict[str, Any]:
@@ -81,7 +88,8 @@ def make_environment() -> tuple[dict[str, ToolSpec], list[dict[str, Any]]]:
         raise KeyError(f"no such order: {order_id}")
 
     def read_policy() -> str:
-        return "Damaged orders: refund the amount paid, up to 5000 cents automatically."
+        return ("Damaged orders: refund the amount paid, "
+                "up to 5000 cents automatically.")
 
     def refund_order(order_id: str, amount_cents: int) -> dict[str, Any]:
         effects.append({"order_id": order_id, "refunded_cents": amount_cents})
@@ -90,16 +98,12 @@ def make_environment() -> tuple[dict[str, ToolSpec], list[dict[str, Any]]]:
     registry = {
         "lookup_order": ToolSpec(
             "Fetch an order's status and the amount paid.",
-            {"order_id": str},
-            lookup_order,
-        ),
+            {"order_id": str}, lookup_order),
         "read_policy": ToolSpec("Read the refund policy.", {}, read_policy),
         "refund_order": ToolSpec(
             "Issue a refund. Moves real money.",
-            {"order_id": str, "amount_cents": int},
-            refund_order,
-            effectful=True,
-        ),
+            {"order_id": str, "amount_cents": int}, refund_order,
+            effectful=True),
     }
     return registry, effects
 
@@ -107,7 +111,7 @@ def make_environment() -> tuple[dict[str, ToolSpec], list[dict[str, Any]]]:
 # From chapters/01_anatomy.ipynb, cell tool-call
 @dataclass(frozen=True)
 class ToolCall:
-    """One proposed tool call, as parsed from the model. A request, not a grant.
+    """One proposed tool call, parsed from the model: a request, not a grant.
 
     ``arguments`` is ``None`` when the parser could not read an argument
     object out of the model's message; ``problem`` then says why, in words
@@ -121,9 +125,10 @@ class ToolCall:
 
 
 def _type_problem(value: Any, expected: type) -> str | None:
-    """Say why ``value`` does not have the ``expected`` type, or return None."""
+    """Say why ``value`` lacks the ``expected`` type, or return None."""
     # JSON has one number type; a whole number is an acceptable float.
-    accepted: tuple[type, ...] = (int, float) if expected is float else (expected,)
+    accepted: tuple[type, ...] = ((int, float) if expected is float
+                                  else (expected,))
     # bool is a subclass of int in Python, but true is not a number in JSON.
     if isinstance(value, bool) and expected is not bool:
         return f"must be {expected.__name__}, got bool"
@@ -132,18 +137,20 @@ def _type_problem(value: Any, expected: type) -> str | None:
     return None
 
 
+# From chapters/01_anatomy.ipynb, cell validate-call
 def validate_call(call: ToolCall, tools: dict[str, ToolSpec]) -> str | None:
-    """Decide whether a proposal is well formed; return the reason if it is not.
+    """Decide whether a proposal is well formed; return the reason if not.
 
     Well formed means: the parser could read it, the registry has a tool
     of that name, its argument names match the declared ones exactly, and
-    each value has its declared type. Whether the call is *allowed* is a separate question,
-    answered by the gate.
+    each value has its declared type. Whether the call is *allowed* is a
+    separate question, answered by the gate.
     """
     if call.arguments is None:
         return call.problem or "arguments were not valid JSON"
     if not isinstance(call.arguments, dict):
-        return f"arguments must be a JSON object, got {type(call.arguments).__name__}"
+        kind = type(call.arguments).__name__
+        return f"arguments must be a JSON object, got {kind}"
     spec = tools.get(call.name)
     if spec is None:
         return f"unknown tool: {call.name}"
@@ -157,29 +164,32 @@ def validate_call(call: ToolCall, tools: dict[str, ToolSpec]) -> str | None:
 
 
 # From chapters/01_anatomy.ipynb, cell tool-schema-json
-JSON_TYPE_NAMES = {str: "string", int: "integer", float: "number", bool: "boolean"}
+JSON_TYPE_NAMES = {str: "string", int: "integer", float: "number",
+                   bool: "boolean"}
 
 
 def tool_schema_json(tools: dict[str, ToolSpec]) -> list[dict[str, Any]]:
-    """Describe every tool in the registry as an OpenAI-style function declaration.
+    """Describe every tool as an OpenAI-style function declaration.
 
     This list is all the model ever learns about the tools: names,
     descriptions and argument types. Handlers stay on our side.
     """
     declarations = []
     for name, spec in tools.items():
-        properties = {arg: {"type": JSON_TYPE_NAMES[kind]} for arg, kind in spec.schema.items()}
-        parameters = {"type": "object", "properties": properties, "required": sorted(spec.schema)}
-        declarations.append({
-            "type": "function",
-            "function": {"name": name, "description": spec.description, "parameters": parameters},
-        })
+        properties = {arg: {"type": JSON_TYPE_NAMES[kind]}
+                      for arg, kind in spec.schema.items()}
+        parameters = {"type": "object", "properties": properties,
+                      "required": sorted(spec.schema)}
+        function = {"name": name, "description": spec.description,
+                    "parameters": parameters}
+        declarations.append({"type": "function", "function": function})
     return declarations
 
 
 # From chapters/01_anatomy.ipynb, cell tool-call-message
 def tool_call_message(
-    call_id: str, name: str, arguments: dict[str, Any], thought: str | None = None
+    call_id: str, name: str, arguments: dict[str, Any],
+    thought: str | None = None,
 ) -> dict[str, Any]:
     """An assistant message proposing one call, in the OpenAI-compatible shape.
 
@@ -223,7 +233,7 @@ class ScriptedModel:
         return answer_message("I have nothing further to add.")
 
 
-# From chapters/01_anatomy.ipynb, cell parse-tool-calls
+# From chapters/01_anatomy.ipynb, cell entry-problem
 def _entry_problem(entry: Any) -> str | None:
     """Say what is wrong with one ``tool_calls`` entry, or return None."""
     if not isinstance(entry, dict):
@@ -245,6 +255,7 @@ def _text(value: Any, default: str) -> str:
     return value if isinstance(value, str) else default
 
 
+# From chapters/01_anatomy.ipynb, cell parse-tool-calls
 def _parse_entry(entry: Any, index: int) -> ToolCall:
     """Turn one ``tool_calls`` entry into a ToolCall, never raising."""
     problem = _entry_problem(entry)
@@ -257,28 +268,32 @@ def _parse_entry(entry: Any, index: int) -> ToolCall:
         return ToolCall(call_id, name, None, problem)
     try:
         arguments = json.loads(function["arguments"])
-    except (ValueError, RecursionError):  # bad JSON, or JSON nested too deeply to decode
+    except (ValueError, RecursionError):  # bad JSON, or nested too deeply
         return ToolCall(call_id, name, None, "arguments were not valid JSON")
     if not isinstance(arguments, dict):
         kind = type(arguments).__name__
-        return ToolCall(call_id, name, None, f"arguments must be a JSON object, got {kind}")
+        problem = f"arguments must be a JSON object, got {kind}"
+        return ToolCall(call_id, name, None, problem)
     return ToolCall(call_id, name, arguments)
 
 
 def parse_tool_calls(message: Any) -> list[ToolCall]:
     """Read the proposed tool calls out of an assistant message. Never raises.
 
-    Anything the model (or a broken client) can send comes back as a list of
-    ToolCalls. A malformed entry still becomes one, with ``arguments=None``,
-    a ``problem`` saying what was wrong, and a stable made-up id when it had
-    none, so validation rejects it like any other bad proposal and the loop
-    carries on.
+    Anything the model (or a broken client) can send comes back as a list
+    of ToolCalls. A malformed entry still becomes one, with
+    ``arguments=None``, a ``problem`` saying what was wrong, and a stable
+    made-up id when it had none, so validation rejects it like any other
+    bad proposal and the loop carries on.
     """
-    if not isinstance(message, dict) or message.get("tool_calls") in (None, []):
+    if not isinstance(message, dict):
+        return []
+    if message.get("tool_calls") in (None, []):
         return []
     entries = message["tool_calls"]
     if not isinstance(entries, list):
-        return [ToolCall("missing-id-0", "", None, "tool_calls must be a list")]
+        problem = "tool_calls must be a list"
+        return [ToolCall("missing-id-0", "", None, problem)]
     return [_parse_entry(entry, index) for index, entry in enumerate(entries)]
 
 
@@ -500,6 +515,14 @@ def overreaching_model() -> ScriptedModel:
     )
 
 
+# From chapters/01_anatomy.ipynb, cell prompt-with-limit
+SYSTEM_PROMPT_WITH_LIMIT = (
+    "You are a support agent. Use the tools to resolve the customer's "
+    "problem. A denied call is information: read the reason and adjust. "
+    "Never refund more than 5000 cents without a manager's approval."
+)
+
+
 # From chapters/01_anatomy.ipynb, cell refund-gate
 AUTO_REFUND_LIMIT_CENTS = 5000
 
@@ -521,6 +544,29 @@ def refund_gate(call: ToolCall) -> tuple[bool, str]:
     return True, "within policy"
 
 
+# From chapters/01_anatomy.ipynb, cell s02-28
+def show_figure(fig: Any, name: str,
+                folder: Path = Path("..", "figures")) -> None:
+    """Show a matplotlib figure as SVG and keep ``folder/<name>.svg`` equal.
+
+    A fixed salt for the ids matplotlib writes and no date make the SVG the
+    same bytes on every run, which a byte-for-byte check needs. The file is
+    rewritten only when the figure changed, and only where the book's
+    figures folder exists.
+    """
+    import matplotlib  # here, not at the top: the package needs no plotting
+    from IPython.display import SVG, display
+
+    buffer = io.StringIO()
+    with matplotlib.rc_context({"svg.hashsalt": "agentbook"}):
+        fig.savefig(buffer, format="svg", metadata={"Date": None})
+    svg, path = buffer.getvalue(), folder / f"{name}.svg"
+    stale = not path.exists() or path.read_text(encoding="utf-8") != svg
+    if folder.is_dir() and stale:
+        path.write_text(svg, encoding="utf-8")
+    display(SVG(svg))  # type: ignore[no-untyped-call]
+
+
 # From chapters/01_anatomy.ipynb, cell meter
 @dataclass
 class Meter:
@@ -528,27 +574,34 @@ class Meter:
 
     Every pattern talks to the model through ``chat`` and to the tools
     through ``execute``, so all of them are charged by the same rules and
-    go through the same gate.
+    go through the same gate. The counters are safe to update from several
+    threads at once, as the parallel pattern does.
     """
 
     model_calls: int = 0
     tool_calls: int = 0
     prompt_tokens: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock,
+                                  repr=False, compare=False)
 
-    def chat(self, model: Any, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        """Ask ``model`` for a message, charging one call and the prompt's size."""
-        self.model_calls += 1
-        self.prompt_tokens += estimate_tokens(messages)
+    def chat(self, model: Any,
+             messages: list[dict[str, Any]]) -> dict[str, Any]:
+        """Ask ``model`` for a message, charging one call and the prompt."""
+        with self._lock:
+            self.model_calls += 1
+            self.prompt_tokens += estimate_tokens(messages)
         reply: dict[str, Any] = model.chat(messages)
         return reply
 
-    def execute(self, call: ToolCall, tools: dict[str, ToolSpec], gate: Gate) -> Observation:
+    def execute(self, call: ToolCall, tools: dict[str, ToolSpec],
+                gate: Gate) -> Observation:
         """Run one call through ``execute_call``, charging one tool call."""
-        self.tool_calls += 1
+        with self._lock:
+            self.tool_calls += 1
         return execute_call(call, tools, gate)
 
 
-# From chapters/01_anatomy.ipynb, cell run-chain
+# From chapters/01_anatomy.ipynb, cell refund-steps
 def _refund_paid_amount(prefix: str, tools: dict[str, ToolSpec], gate: Gate,
                         meter: Meter) -> Observation:
     """Look up A-17 and refund what it cost; return the refund's observation.
@@ -556,12 +609,13 @@ def _refund_paid_amount(prefix: str, tools: dict[str, ToolSpec], gate: Gate,
     If the lookup fails, its observation is returned instead and nothing is
     refunded.
     """
-    lookup = meter.execute(ToolCall(f"{prefix}1", "lookup_order", {"order_id": "A-17"}),
-                           tools, gate)
+    lookup_call = ToolCall(f"{prefix}1", "lookup_order", {"order_id": "A-17"})
+    lookup = meter.execute(lookup_call, tools, gate)
     if not lookup.ok:
         return lookup
     refund = {"order_id": "A-17", "amount_cents": lookup.content["paid_cents"]}
-    return meter.execute(ToolCall(f"{prefix}2", "refund_order", refund), tools, gate)
+    return meter.execute(ToolCall(f"{prefix}2", "refund_order", refund),
+                         tools, gate)
 
 
 def _no_refund(failure: Observation) -> str:
@@ -569,7 +623,9 @@ def _no_refund(failure: Observation) -> str:
     return f"No refund was issued: {failure.content}"
 
 
-def run_chain(model: Any, tools: dict[str, ToolSpec], gate: Gate, meter: Meter) -> str:
+# From chapters/01_anatomy.ipynb, cell run-chain
+def run_chain(model: Any, tools: dict[str, ToolSpec], gate: Gate,
+              meter: Meter) -> str:
     """Prompt chain: a fixed sequence in code, with one model call at the end.
 
     Code looks the order up and refunds what was paid; the model is asked
@@ -580,32 +636,38 @@ def run_chain(model: Any, tools: dict[str, ToolSpec], gate: Gate, meter: Meter) 
     if not refund.ok:
         return _no_refund(refund)
     receipt = json.dumps(refund.content)
-    prompt = f"Draft one sentence for the customer citing this receipt: {receipt}"
+    prompt = ("Draft one sentence for the customer citing this receipt: "
+              f"{receipt}")
     reply = meter.chat(model, [{"role": "user", "content": prompt}])
     return str(reply["content"])
 
 
 # From chapters/01_anatomy.ipynb, cell run-parallel
-def run_parallel(model: Any, tools: dict[str, ToolSpec], gate: Gate, meter: Meter) -> str:
-    """Parallel fan-out: independent reads together, then act on the joined result.
+def run_parallel(model: Any, tools: dict[str, ToolSpec], gate: Gate,
+                 meter: Meter) -> str:
+    """Parallel fan-out: independent reads at once, then act on the join.
 
-    The two reads cannot interfere, so the order they run in does not
-    matter; code joins them, refunds what the order says was paid, and asks
-    the model once for the reply with everything in front of it.
+    The two reads run on two threads at the same time. ``map`` hands back
+    their results in the order the calls were listed, whichever finished
+    first, so the joined record (and the prompt) never changes. Code then
+    refunds what the order says was paid and asks the model once.
     """
     reads = [ToolCall("p1", "lookup_order", {"order_id": "A-17"}),
              ToolCall("p2", "read_policy", {})]
-    observed = {call.name: meter.execute(call, tools, gate) for call in reads}
+    with ThreadPoolExecutor(max_workers=len(reads)) as pool:
+        results = pool.map(lambda c: meter.execute(c, tools, gate), reads)
+        observed = {call.name: seen for call, seen in zip(reads, results, strict=True)}
     if not observed["lookup_order"].ok:
         return _no_refund(observed["lookup_order"])
-    joined = {name: observation.content for name, observation in observed.items()}
-    amount = joined["lookup_order"]["paid_cents"]
-    refund = meter.execute(ToolCall("p3", "refund_order",
-                                    {"order_id": "A-17", "amount_cents": amount}), tools, gate)
-    if not refund.ok:
-        return _no_refund(refund)
+    joined = {name: seen.content for name, seen in observed.items()}
+    refund = {"order_id": "A-17",
+              "amount_cents": joined["lookup_order"]["paid_cents"]}
+    refund_call = ToolCall("p3", "refund_order", refund)
+    receipt = meter.execute(refund_call, tools, gate)
+    if not receipt.ok:
+        return _no_refund(receipt)
     prompt = (f"Order and policy: {json.dumps(joined)}. "
-              f"Draft one sentence citing {json.dumps(refund.content)}.")
+              f"Draft one sentence citing {json.dumps(receipt.content)}.")
     reply = meter.chat(model, [{"role": "user", "content": prompt}])
     return str(reply["content"])
 
@@ -613,22 +675,22 @@ def run_parallel(model: Any, tools: dict[str, ToolSpec], gate: Gate, meter: Mete
 # From chapters/01_anatomy.ipynb, cell run-router
 def run_router(task: str, model: Any, tools: dict[str, ToolSpec], gate: Gate,
                meter: Meter) -> str:
-    """Router: the model makes one classification, code owns the branch after it.
+    """Router: the model classifies once, code owns the branch after it.
 
-    A ``policy`` question is answered from the policy tool; anything else is
-    treated as billing and handed to the chain.
+    A ``policy`` question is answered from the policy tool; anything else
+    is treated as billing and handed to the chain.
     """
     prompt = f"Answer 'billing' or 'policy' only. Request: {task}"
-    route = str(meter.chat(model, [{"role": "user", "content": prompt}])["content"])
-    if route.strip() == "policy":
-        policy = meter.execute(ToolCall("r1", "read_policy", {}), tools, gate).content
-        return f"Our policy: {policy}"
+    reply = meter.chat(model, [{"role": "user", "content": prompt}])
+    if str(reply["content"]).strip() == "policy":
+        read = ToolCall("r1", "read_policy", {})
+        return f"Our policy: {meter.execute(read, tools, gate).content}"
     return run_chain(model, tools, gate, meter)
 
 
 # From chapters/01_anatomy.ipynb, cell run-evaluator
-def run_evaluator(model: Any, tools: dict[str, ToolSpec], gate: Gate, meter: Meter,
-                  max_rounds: int = 3) -> str:
+def run_evaluator(model: Any, tools: dict[str, ToolSpec], gate: Gate,
+                  meter: Meter, max_rounds: int = 3) -> str:
     """Evaluator-optimizer: draft, check against a rule in code, revise.
 
     Code does the refund, then asks for drafts until one states the exact
@@ -639,11 +701,13 @@ def run_evaluator(model: Any, tools: dict[str, ToolSpec], gate: Gate, meter: Met
     if not refund.ok:
         return _no_refund(refund)
     amount = str(refund.content["refunded_cents"])
+    receipt = json.dumps(refund.content)
     critique = ""
     draft = ""
     for _ in range(max_rounds):
-        prompt = f"Draft a reply for this receipt: {json.dumps(refund.content)}.{critique}"
-        draft = str(meter.chat(model, [{"role": "user", "content": prompt}])["content"])
+        prompt = f"Draft a reply for this receipt: {receipt}.{critique}"
+        message = {"role": "user", "content": prompt}
+        draft = str(meter.chat(model, [message])["content"])
         if amount in draft:
             break
         critique = " Critique: the draft must state the exact refunded amount."
@@ -651,9 +715,20 @@ def run_evaluator(model: Any, tools: dict[str, ToolSpec], gate: Gate, meter: Met
 
 
 # From chapters/01_anatomy.ipynb, cell execute-plan
+def _plan_step(index: int, step: Any) -> ToolCall:
+    """Plan step ``index`` as the ToolCall ``s<index>``, malformed or not."""
+    fields = step if isinstance(step, dict) else {}
+    name = _text(fields.get("tool"), "")
+    arguments = fields.get("arguments")
+    if isinstance(arguments, dict):
+        return ToolCall(f"s{index}", name, arguments)
+    problem = "a plan step needs an arguments object"
+    return ToolCall(f"s{index}", name, None, problem)
+
+
 def execute_plan(plan: list[dict[str, Any]], tools: dict[str, ToolSpec],
                  gate: Gate) -> tuple[list[Observation], int]:
-    """Carry out a plan one gated step at a time, stopping at the first failure.
+    """Carry out a plan one gated step at a time; stop at the first failure.
 
     Each step is ``{"tool": name, "arguments": {...}}`` and becomes the
     ToolCall ``s<index>``. Returns the observations of the steps that ran
@@ -661,12 +736,7 @@ def execute_plan(plan: list[dict[str, Any]], tools: dict[str, ToolSpec],
     """
     observations: list[Observation] = []
     for index, step in enumerate(plan):
-        fields = step if isinstance(step, dict) else {}
-        name = _text(fields.get("tool"), "")
-        arguments = fields.get("arguments")
-        call = (ToolCall(f"s{index}", name, arguments) if isinstance(arguments, dict)
-                else ToolCall(f"s{index}", name, None, "a plan step needs an arguments object"))
-        observations.append(execute_call(call, tools, gate))
+        observations.append(execute_call(_plan_step(index, step), tools, gate))
         if not observations[-1].ok:
             return observations, index
     return observations, len(plan)
