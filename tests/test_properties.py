@@ -259,7 +259,12 @@ def test_every_generated_run_ends_typed_bounded_and_moves_only_allowed_money(mod
     elif result.stop is Stop.TOKEN_LIMIT:
         assert estimate_tokens(state.messages) > limits.max_prompt_tokens
     else:
-        assert state.observations[-1].kind == "denied"
+        # The run stopped at a denial; whatever that message proposed after
+        # it was answered as skipped, and nothing ran for it.
+        kinds = [o.kind for o in state.observations]
+        executed = len(kinds) - kinds[::-1].index("denied")
+        assert set(kinds[executed:]) <= {"skipped"}
+        assert "skipped" not in kinds[:executed]
     print_quietly(state)  # the transcript of any such run can be printed
     event(f"stop={result.stop.value}")
     event(f"receipts={len(effects)}")
