@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from collections.abc import Callable
 from typing import Any
 from enum import StrEnum
-from collections import Counter
+import textwrap
 import io
 from pathlib import Path
+from collections import Counter
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -34,13 +35,18 @@ __all__ = [
     "RunState",
     "RunResult",
     "SYSTEM_PROMPT",
-    "run_agent",
+    "TRANSCRIPT_WIDTH",
     "print_transcript",
     "overreaching_model",
     "SYSTEM_PROMPT_WITH_LIMIT",
     "AUTO_REFUND_LIMIT_CENTS",
     "refund_gate",
     "show_figure",
+    "run_agent",
+    "RUN_STATE_FORMAT",
+    "state_from_json",
+    "state_to_json",
+    "resume_agent",
     "Meter",
     "run_chain",
     "run_parallel",
@@ -212,25 +218,41 @@ def answer_message(text: str) -> dict[str, Any]:
 class ScriptedModel:
     """A pretend chat model: it replays a script you can read in full.
 
-    ``turns`` are handed out one per call, in order. ``reactions`` map a
-    substring to a reply: when the latest message is a tool result that
-    contains the substring, that reply is returned instead and the script
-    does not advance. When the script runs out, the model answers politely.
+    ``turns`` are played in order, one per call, then a polite answer.
+    ``reactions`` map a substring to a reply given instead (the script
+    stays put) when the latest message is a tool result containing it.
+    Its place is read from the transcript or, if further, its own count.
     """
 
     turns: list[dict[str, Any]]
     reactions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    played: int = 0
 
     def chat(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
         """Return the next assistant message for this conversation."""
-        latest = messages[-1] if messages else {}
+        reaction = self._reaction(messages[-1] if messages else {})
+        if reaction is not None:
+            return reaction
+        position = max(self.played, self._turns_in(messages))
+        if position >= len(self.turns):
+            return answer_message("I have nothing further to add.")
+        self.played = position + 1
+        return self.turns[position]
+
+    def _reaction(self, latest: dict[str, Any]) -> dict[str, Any] | None:
+        """The reply that ``latest`` sets off, if it is a tool result."""
         if latest.get("role") == "tool":
             for needle, reply in self.reactions.items():
                 if needle in str(latest.get("content")):
                     return reply
-        if self.turns:
-            return self.turns.pop(0)
-        return answer_message("I have nothing further to add.")
+        return None
+
+    def _turns_in(self, messages: list[dict[str, Any]]) -> int:
+        """How many scripted turns (not reactions) the transcript holds."""
+        before = [{}, *messages]  # the latest message at each call
+        return sum(1 for index, message in enumerate(messages)
+                   if message.get("role") == "assistant"
+                   and self._reaction(before[index]) is None)
 
 
 # From chapters/01_anatomy.ipynb, cell entry-problem
@@ -327,9 +349,10 @@ class Observation:
     """What happened when the harness tried one proposed call.
 
     ``kind`` tells the outcomes apart: ``result`` (the handler ran),
-    ``invalid`` (the proposal was malformed), ``denied`` (the gate said no)
-    or ``error`` (the handler failed in an expected way). ``call_id`` ties
-    the observation to the proposal that caused it.
+    ``invalid`` (the proposal was malformed), ``denied`` (the gate said
+    no), ``error`` (the handler failed in an expected way) or ``skipped``
+    (the run stopped before the call's turn came). ``call_id`` ties the
+    observation to the proposal that caused it.
     """
 
     call_id: str
@@ -353,17 +376,18 @@ Gate = Callable[[ToolCall], tuple[bool, str]]
 
 
 def allow_all(call: ToolCall) -> tuple[bool, str]:
-    """The gate you have before you write any policy: it allows everything."""
+    """The gate you have before writing any policy: it allows everything."""
     return True, "no policy configured"
 
 
-def execute_call(call: ToolCall, tools: dict[str, ToolSpec], gate: Gate) -> Observation:
+def execute_call(call: ToolCall, tools: dict[str, ToolSpec],
+                 gate: Gate) -> Observation:
     """Validate, gate, and only then run one proposal; report what happened.
 
     This is the one place in the book where a handler is called on the
     model's behalf. Failures the handler is expected to have (a missing
-    record, a bad value, a timeout) come back as observations; anything else
-    is a bug in our code and is allowed to crash.
+    record, a bad value, a timeout) come back as observations; anything
+    else is a bug in our code and is allowed to crash.
     """
     problem = validate_call(call, tools)
     if problem is not None:
@@ -404,19 +428,19 @@ class RunResult:
     state: RunState
 
 
-# From chapters/01_anatomy.ipynb, cell run-agent
+# From chapters/01_anatomy.ipynb, cell loop-messages
 SYSTEM_PROMPT = (
-    "You are a support agent. Use the tools to resolve the customer's problem. "
-    "A denied call is information: read the reason and adjust."
+    "You are a support agent. Use the tools to resolve the customer's "
+    "problem. A denied call is information: read the reason and adjust."
 )
 
 
 def _as_assistant_message(reply: Any) -> dict[str, Any]:
-    """The model's reply as the assistant message it stands for, whatever its shape.
+    """The model's reply as the assistant message it stands for.
 
     A reply that is not a message object is kept as the content of a plain
-    answer; a message claiming another role (or none) is the assistant's all
-    the same, since the assistant is the only one speaking here.
+    answer; a message claiming another role (or none) is the assistant's
+    all the same, since the assistant is the only one speaking here.
     """
     if not isinstance(reply, dict):
         return {"role": "assistant", "content": reply}
@@ -425,74 +449,48 @@ def _as_assistant_message(reply: Any) -> dict[str, Any]:
 
 def _tool_message(observation: Observation) -> dict[str, Any]:
     """Wrap an observation as the tool message the model reads next."""
-    body = {"ok": observation.ok, "kind": observation.kind, "content": observation.content}
+    body = {"ok": observation.ok, "kind": observation.kind,
+            "content": observation.content}
     return {"role": "tool", "tool_call_id": observation.call_id,
             "content": json.dumps(body, default=str)}
 
 
-def _fingerprint(call: ToolCall) -> str:
-    """Name a proposal by its tool and its arguments, so a repeat can be recognized."""
-    return f"{call.name}:{json.dumps(call.arguments, sort_keys=True)}"
-
-
-def run_agent(
-    task: str,
-    model: Any,
-    tools: dict[str, ToolSpec],
-    gate: Gate,
-    limits: Limits = Limits(),
-) -> RunResult:
-    """Run one task through propose, gate, execute, observe until a typed stop.
-
-    The model is anything with ``chat(messages) -> message``. It is asked for
-    one message per turn; every call it proposes goes through
-    ``execute_call`` and comes back as a tool message. The loop, not the
-    model, decides when the run is over: when the model answers, when a
-    budget in ``limits`` is spent, or when the same proposal keeps being
-    denied.
-    """
-    state = RunState(messages=[{"role": "system", "content": SYSTEM_PROMPT},
-                               {"role": "user", "content": task}])
-    refused: Counter[str] = Counter()
-    while state.turns < limits.max_turns:
-        size = estimate_tokens(state.messages)
-        if size > limits.max_prompt_tokens:  # checked before paying for the call
-            return RunResult(Stop.TOKEN_LIMIT, None, state)
-        state.prompt_token_log.append(size)
-        reply = _as_assistant_message(model.chat(state.messages))
-        state.messages.append(reply)
-        state.turns += 1
-        proposals = parse_tool_calls(reply)
-        if not proposals:
-            return RunResult(Stop.ANSWERED, reply.get("content"), state)
-        for call in proposals:
-            observation = execute_call(call, tools, gate)
-            state.observations.append(observation)
-            state.messages.append(_tool_message(observation))
-            if observation.kind == "denied":
-                refused[_fingerprint(call)] += 1
-                if refused[_fingerprint(call)] >= limits.repeated_denials:
-                    return RunResult(Stop.NO_PROGRESS, None, state)
-    return RunResult(Stop.STEP_LIMIT, None, state)
-
-
 # From chapters/01_anatomy.ipynb, cell print-transcript
+TRANSCRIPT_WIDTH = 79  # characters per printed line, the book's code column
+
+
+def _print_wrapped(label: str, text: str) -> None:
+    """Print ``text`` beside a ``label |`` column, wrapped to the width.
+
+    Continuation lines are indented under the text, so that a long
+    message still reads as one message.
+    """
+    prefix = f"{label:<6} | "
+    wrapped = textwrap.fill(text, TRANSCRIPT_WIDTH, initial_indent=prefix,
+                            subsequent_indent=" " * len(prefix))
+    print(wrapped or prefix.rstrip())
+
+
+def _call_line(entry: Any) -> str:
+    """One proposed call as the model wrote it, or the entry if broken."""
+    function = entry.get("function") if isinstance(entry, dict) else None
+    if isinstance(function, dict):
+        return f"-> {function.get('name')} {function.get('arguments')}"
+    return f"-> (malformed) {entry!r}"
+
+
 def print_transcript(state: RunState) -> None:
-    """Print a transcript one line per message, and one per proposed call."""
+    """Print a transcript: each message, and each proposed call, wrapped."""
     for message in state.messages:
         role = str(message.get("role"))
         if role != "assistant":
-            print(f"{role:<6} | {message.get('content')}")
+            _print_wrapped(role, str(message.get("content")))
             continue
         if message.get("content"):
-            print(f"model  | {message['content']}")
+            _print_wrapped("model", str(message["content"]))
         entries = message.get("tool_calls") or []
         for entry in entries if isinstance(entries, list) else [entries]:
-            function = entry.get("function") if isinstance(entry, dict) else None
-            if isinstance(function, dict):
-                print(f"model  | -> {function.get('name')} {function.get('arguments')}")
-            else:
-                print(f"model  | -> (malformed) {entry!r}")
+            _print_wrapped("model", _call_line(entry))
 
 
 # From chapters/01_anatomy.ipynb, cell overreaching-model
@@ -511,7 +509,8 @@ def overreaching_model() -> ScriptedModel:
             tool_call_message("call_2", "refund_order", too_much),
             answer_message("I have issued the refund for order A-17."),
         ],
-        reactions={"denied": tool_call_message("call_3", "refund_order", what_was_paid)},
+        reactions={"denied": tool_call_message("call_3", "refund_order",
+                                               what_was_paid)},
     )
 
 
@@ -528,11 +527,11 @@ AUTO_REFUND_LIMIT_CENTS = 5000
 
 
 def refund_gate(call: ToolCall) -> tuple[bool, str]:
-    """The desk's refund policy, applied to the very arguments the handler would get.
+    """The desk's refund policy, applied to the arguments the handler gets.
 
     Refunds above ``AUTO_REFUND_LIMIT_CENTS`` are denied, and so is any
-    refund that would not move a positive whole number of cents. Every other
-    call is allowed. The reason goes back to the model either way.
+    refund that would not move a positive whole number of cents. Every
+    other call is allowed. The reason goes back to the model either way.
     """
     if call.name != "refund_order":
         return True, "within policy"
@@ -540,7 +539,8 @@ def refund_gate(call: ToolCall) -> tuple[bool, str]:
     if not isinstance(amount, int) or isinstance(amount, bool) or amount <= 0:
         return False, "a refund must be a positive whole number of cents"
     if amount > AUTO_REFUND_LIMIT_CENTS:
-        return False, f"refund exceeds automatic authority of {AUTO_REFUND_LIMIT_CENTS} cents"
+        return False, ("refund exceeds automatic authority of "
+                       f"{AUTO_REFUND_LIMIT_CENTS} cents")
     return True, "within policy"
 
 
@@ -565,6 +565,206 @@ def show_figure(fig: Any, name: str,
     if folder.is_dir() and stale:
         path.write_text(svg, encoding="utf-8")
     display(SVG(svg))  # type: ignore[no-untyped-call]
+
+
+# From chapters/01_anatomy.ipynb, cell count-denials
+def _fingerprint(call: ToolCall) -> str:
+    """Name a proposal by its tool and arguments, so a repeat is recognized."""
+    return f"{call.name}:{json.dumps(call.arguments, sort_keys=True)}"
+
+
+def _denials_so_far(state: RunState) -> Counter[str]:
+    """Count the run's denied proposals by fingerprint, from its record.
+
+    Every proposal gets exactly one observation, in order, so pairing the
+    transcript's proposals with the observations tells which call each
+    denial refused.
+    """
+    proposals = [call for message in state.messages
+                 if message.get("role") == "assistant"
+                 for call in parse_tool_calls(message)]
+    pairs = zip(proposals, state.observations, strict=False)
+    return Counter(_fingerprint(call) for call, observation in pairs
+                   if observation.kind == "denied")
+
+
+# From chapters/01_anatomy.ipynb, cell act-on-message
+def _record(state: RunState, observation: Observation) -> None:
+    """Add an observation to the run and its tool message to the transcript."""
+    state.observations.append(observation)
+    state.messages.append(_tool_message(observation))
+
+
+def _skip(state: RunState, calls: list[ToolCall], stop: Stop) -> None:
+    """Answer each call that will not run with a ``skipped`` observation."""
+    reason = f"not run: the run stopped ({stop.value}) before this call"
+    for call in calls:
+        _record(state, Observation(call.call_id, False, "skipped", reason))
+
+
+def _act_on(state: RunState, proposals: list[ToolCall],
+            tools: dict[str, ToolSpec], gate: Gate, limits: Limits,
+            denials: Counter[str]) -> Stop | None:
+    """Run one message's proposals in order; return a stop if stuck.
+
+    A proposal denied ``limits.repeated_denials`` times ends the run on
+    the spot, and every proposal after it in the message is skipped.
+    """
+    for position, call in enumerate(proposals):
+        observation = execute_call(call, tools, gate)
+        _record(state, observation)
+        if observation.kind != "denied":
+            continue
+        denials[_fingerprint(call)] += 1
+        if denials[_fingerprint(call)] >= limits.repeated_denials:
+            _skip(state, proposals[position + 1:], Stop.NO_PROGRESS)
+            return Stop.NO_PROGRESS
+    return None
+
+
+# From chapters/01_anatomy.ipynb, cell run-agent
+def _run_loop(state: RunState, model: Any, tools: dict[str, ToolSpec],
+              gate: Gate, limits: Limits) -> RunResult:
+    """Propose, gate, execute, observe from ``state`` until a typed stop."""
+    denials = _denials_so_far(state)
+    while state.turns < limits.max_turns:
+        size = estimate_tokens(state.messages)
+        if size > limits.max_prompt_tokens:  # checked before paying for it
+            return RunResult(Stop.TOKEN_LIMIT, None, state)
+        reply = _as_assistant_message(model.chat(state.messages))
+        state.messages.append(reply)
+        state.prompt_token_log.append(size)
+        state.turns += 1
+        proposals = parse_tool_calls(reply)
+        if not proposals:
+            return RunResult(Stop.ANSWERED, reply.get("content"), state)
+        stop = _act_on(state, proposals, tools, gate, limits, denials)
+        if stop is not None:
+            return RunResult(stop, None, state)
+    return RunResult(Stop.STEP_LIMIT, None, state)
+
+
+def run_agent(task: str, model: Any, tools: dict[str, ToolSpec],
+              gate: Gate, limits: Limits = Limits(), *,
+              system_prompt: str = SYSTEM_PROMPT) -> RunResult:
+    """Run one task through propose, gate, execute, observe to a typed stop.
+
+    The model is anything with ``chat(messages) -> message``. The loop,
+    not the model, decides when the run is over: when the model answers,
+    when a budget in ``limits`` is spent, or when the same proposal keeps
+    being denied.
+    """
+    state = RunState(messages=[{"role": "system", "content": system_prompt},
+                               {"role": "user", "content": task}])
+    return _run_loop(state, model, tools, gate, limits)
+
+
+# From chapters/01_anatomy.ipynb, cell saved-state-fields
+RUN_STATE_FORMAT = "agentbook run state, version 1"
+_SAVED_FIELDS = ("format", "messages", "observations", "prompt_token_log",
+                 "turns")
+_OBSERVATION_FIELDS = ("call_id", "ok", "kind", "content")
+_KINDS = ("result", "invalid", "denied", "error", "skipped")
+
+
+def _require(condition: bool, problem: str) -> None:
+    """Refuse a saved state, saying what is wrong with it."""
+    if not condition:
+        raise ValueError(f"saved run state is damaged: {problem}")
+
+
+def _saved_observation(data: Any) -> Observation:
+    """One saved observation, checked field by field."""
+    _require(isinstance(data, dict) and set(data) == set(_OBSERVATION_FIELDS),
+             f"an observation needs exactly the fields {_OBSERVATION_FIELDS}")
+    _require(isinstance(data["call_id"], str), "a call_id is not text")
+    _require(type(data["ok"]) is bool, "an ok is not true or false")
+    _require(data["kind"] in _KINDS, f"unknown kind {data['kind']!r}")
+    return Observation(**data)
+
+
+def _is_count(value: Any) -> bool:
+    """A whole number of things: an int (not a bool), zero or more."""
+    return type(value) is int and value >= 0
+
+
+# From chapters/01_anatomy.ipynb, cell check-saved-state
+def _checked_state(data: Any) -> RunState:
+    """Build a RunState from parsed JSON, or say what is wrong with it."""
+    _require(isinstance(data, dict) and set(data) == set(_SAVED_FIELDS),
+             f"expected an object with exactly the fields {_SAVED_FIELDS}")
+    _require(data["format"] == RUN_STATE_FORMAT,
+             f"format {data['format']!r} is not {RUN_STATE_FORMAT!r}")
+    messages, log, turns = (data["messages"], data["prompt_token_log"],
+                            data["turns"])
+    _require(isinstance(messages, list) and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str)
+        for m in messages), "every message must be an object with a role")
+    _require(isinstance(data["observations"], list),
+             "observations must be a list")
+    observations = [_saved_observation(o) for o in data["observations"]]
+    _require(_is_count(turns) and isinstance(log, list)
+             and all(_is_count(n) for n in log),
+             "turns and the token log must hold whole numbers")
+    spoken = sum(1 for m in messages if m["role"] == "assistant")
+    _require(len(log) == turns == spoken,
+             "turns, token log and assistant messages disagree")
+    answers = [m for m in messages if m["role"] == "tool"]
+    _require(answers == [_tool_message(o) for o in observations],
+             "the tool messages do not match the observations")
+    return RunState(messages, observations, log, turns)
+
+
+# From chapters/01_anatomy.ipynb, cell run-state-json
+def state_from_json(text: str) -> RunState:
+    """Read back a run's state saved by ``state_to_json``.
+
+    Text that was cut short, edited or is no saved state at all raises a
+    ``ValueError`` that says what is wrong, and no state is built from it.
+    """
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as failure:
+        raise ValueError("saved run state is not valid JSON (cut short?): "
+                         f"{failure}") from failure
+    return _checked_state(data)
+
+
+def state_to_json(state: RunState) -> str:
+    """A run's state as JSON text that ``state_from_json`` reads back equal.
+
+    A state that would not come back equal (one holding a tuple or a NaN,
+    say) raises ``ValueError`` instead of being saved.
+    """
+    observations = [{"call_id": o.call_id, "ok": o.ok, "kind": o.kind,
+                     "content": o.content} for o in state.observations]
+    data = {"format": RUN_STATE_FORMAT, "messages": state.messages,
+            "observations": observations,
+            "prompt_token_log": state.prompt_token_log, "turns": state.turns}
+    try:
+        text = json.dumps(data, allow_nan=False)
+        same = state_from_json(text) == state
+    except (TypeError, ValueError, RecursionError) as failure:
+        raise ValueError(f"run state cannot be saved: {failure}") from failure
+    if not same:
+        raise ValueError("run state cannot be saved: it would not read back "
+                         "equal (a tuple or a non-text key inside?)")
+    return text
+
+
+# From chapters/01_anatomy.ipynb, cell resume-agent
+def resume_agent(state: RunState, model: Any, tools: dict[str, ToolSpec],
+                 gate: Gate, limits: Limits = Limits()) -> RunResult:
+    """Carry a saved run on from ``state``, which it extends in place.
+
+    The budgets in ``limits`` count the whole run, the turns and denials
+    before the pause included. A transcript that already ends in an answer
+    is a finished run, and it is returned as it is.
+    """
+    last = state.messages[-1] if state.messages else {}
+    if last.get("role") == "assistant" and not parse_tool_calls(last):
+        return RunResult(Stop.ANSWERED, last.get("content"), state)
+    return _run_loop(state, model, tools, gate, limits)
 
 
 # From chapters/01_anatomy.ipynb, cell meter
@@ -743,36 +943,51 @@ def execute_plan(plan: list[dict[str, Any]], tools: dict[str, ToolSpec],
 
 
 # From chapters/01_anatomy.ipynb, cell check-run
+def _answered_once_each(messages: list[dict[str, Any]]) -> bool:
+    """True when every proposed call gets exactly one tool message.
+
+    A tool message must answer a call proposed before it and not answered
+    yet, and every call is answered before the model speaks again. Ids are
+    counted, since a model may reuse one.
+    """
+    waiting: Counter[str] = Counter()
+    for message in messages:
+        if message.get("role") == "assistant":
+            if +waiting:  # a call of the previous message was never answered
+                return False
+            waiting.update(call.call_id for call in parse_tool_calls(message))
+        elif message.get("role") == "tool":
+            answered = message.get("tool_call_id")
+            if not isinstance(answered, str) or waiting[answered] < 1:
+                return False
+            waiting[answered] -= 1
+    return not +waiting
+
+
 def check_run(result: RunResult, effects: list[dict[str, Any]],
               limits: Limits) -> dict[str, bool]:
-    """Check a finished run against the loop's invariants, from its record alone.
+    """Check a finished run against the loop's invariants, from its record.
 
-    ``effects_authorized``: every receipt in the effect log is the content of
-    an allowed (``ok``) observation. ``observations_correlated``: every tool
-    message answers a call id proposed earlier in the transcript.
-    ``bounded``: no more model calls than ``max_turns``. ``typed_ending``:
-    the run ended with a ``Stop``.
+    ``effects_authorized``: every receipt in the effect log is the content
+    of an allowed (``ok``) observation. ``observations_correlated``: every
+    proposed call gets exactly one tool message, each answering a call
+    proposed before it. ``bounded``: at most ``max_turns`` model calls.
+    ``typed_ending``: the run ended with a ``Stop``.
     """
     state = result.state
-    allowed_contents = [o.content for o in state.observations if o.ok]
-    proposed: set[str] = set()
-    correlated = True
-    for message in state.messages:
-        if message.get("role") == "assistant":
-            proposed.update(call.call_id for call in parse_tool_calls(message))
-        elif message.get("role") == "tool":
-            correlated = correlated and message.get("tool_call_id") in proposed
+    allowed = [o.content for o in state.observations if o.ok]
     return {
-        "effects_authorized": all(receipt in allowed_contents for receipt in effects),
-        "observations_correlated": correlated,
+        "effects_authorized": all(receipt in allowed for receipt in effects),
+        "observations_correlated": _answered_once_each(state.messages),
         "bounded": state.turns <= limits.max_turns,
         "typed_ending": isinstance(result.stop, Stop),
     }
 
 
 # From chapters/01_anatomy.ipynb, cell verify-refund
-def verify_refund(effects: list[dict[str, Any]], order_id: str, amount_cents: int) -> bool:
-    """Decide success from the environment: exactly the one receipt owed, nothing else.
+def verify_refund(effects: list[dict[str, Any]], order_id: str,
+                  amount_cents: int) -> bool:
+    """Decide success from the environment: exactly the receipt owed.
 
     What the model said about the refund plays no part; a cheerful answer
     next to an empty effect log fails.

@@ -31,6 +31,7 @@ from agentbook import (
     RunState,
     ScriptedModel,
     Stop,
+    TRANSCRIPT_WIDTH,
     ToolCall,
     ToolSpec,
     allow_all,
@@ -727,8 +728,10 @@ def test_gated_overreacher_is_denied_then_refunds_what_was_paid(desk):
 
 def test_overreaching_model_gives_a_fresh_script_each_time():
     first, second = overreaching_model(), overreaching_model()
-    first.chat([])
-    assert len(first.turns) == 2
+    opening = first.chat([])
+    assert (first.played, second.played) == (1, 0)
+    assert first.chat([]) != opening            # the used copy has moved on
+    assert second.chat([]) == opening           # the fresh one starts over
     assert len(second.turns) == 3
 
 
@@ -876,19 +879,43 @@ def test_print_transcript_of_the_gated_run(desk, capsys):
     result = run_agent(TASK, overreaching_model(), tools, refund_gate)
     print_transcript(result.state)
     assert capsys.readouterr().out.splitlines() == [
-        f"system | {SYSTEM_PROMPT}",
+        "system | You are a support agent. Use the tools to resolve the customer's",
+        "         problem. A denied call is information: read the reason and adjust.",
         f"user   | {TASK}",
         'model  | -> lookup_order {"order_id": "A-17"}',
-        'tool   | {"ok": true, "kind": "result", "content": {"order_id": "A-17", '
-        '"status": "damaged", "paid_cents": 4999}}',
+        'tool   | {"ok": true, "kind": "result", "content": {"order_id": "A-17",',
+        '         "status": "damaged", "paid_cents": 4999}}',
         'model  | -> refund_order {"order_id": "A-17", "amount_cents": 9999}',
-        'tool   | {"ok": false, "kind": "denied", "content": '
-        '"refund exceeds automatic authority of 5000 cents"}',
+        'tool   | {"ok": false, "kind": "denied", "content": "refund exceeds automatic',
+        '         authority of 5000 cents"}',
         'model  | -> refund_order {"order_id": "A-17", "amount_cents": 4999}',
-        'tool   | {"ok": true, "kind": "result", "content": '
-        '{"order_id": "A-17", "refunded_cents": 4999}}',
+        'tool   | {"ok": true, "kind": "result", "content": {"order_id": "A-17",',
+        '         "refunded_cents": 4999}}',
         "model  | I have issued the refund for order A-17.",
     ]
+
+
+def test_print_transcript_wraps_long_content_under_its_text_and_keeps_every_word(capsys):
+    words = [f"word{n}" for n in range(60)]
+    print_transcript(RunState(messages=[{"role": "user", "content": " ".join(words)}]))
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) > 1
+    assert all(len(line) <= TRANSCRIPT_WIDTH == 79 for line in lines)
+    assert lines[0].startswith("user   | word0 ")
+    assert all(line.startswith(" " * 9) and line[9] != " " for line in lines[1:])
+    assert " ".join(line[9:] for line in lines).split() == words
+
+
+def test_print_transcript_breaks_a_word_longer_than_the_line(capsys):
+    print_transcript(RunState(messages=[{"role": "tool", "content": "x" * 200}]))
+    lines = capsys.readouterr().out.splitlines()
+    assert all(len(line) <= 79 for line in lines)
+    assert "".join(line[9:] for line in lines) == "x" * 200
+
+
+def test_print_transcript_prints_the_label_of_an_empty_message(capsys):
+    print_transcript(RunState(messages=[{"role": "user", "content": ""}]))
+    assert capsys.readouterr().out == "user   |\n"
 
 
 def test_print_transcript_shows_the_thought_before_the_call(capsys):
@@ -1254,7 +1281,8 @@ PUBLIC_NAMES = """ToolSpec make_environment ToolCall validate_call tool_schema_j
 tool_call_message answer_message ScriptedModel parse_tool_calls Stop Limits Observation
 estimate_tokens Gate allow_all execute_call RunState RunResult SYSTEM_PROMPT run_agent
 print_transcript overreaching_model AUTO_REFUND_LIMIT_CENTS refund_gate Meter run_chain
-run_parallel run_router run_evaluator execute_plan check_run verify_refund""".split()
+run_parallel run_router run_evaluator execute_plan check_run verify_refund TRANSCRIPT_WIDTH
+RUN_STATE_FORMAT state_from_json state_to_json resume_agent""".split()
 
 
 def test_star_import_exposes_the_chapters_names():
@@ -1273,3 +1301,17 @@ def test_importing_the_package_prints_nothing():
     done = subprocess.run([sys.executable, "-c", "import agentbook"], cwd=root,
                           capture_output=True, text=True, check=True)
     assert (done.stdout, done.stderr) == ("", "")
+
+
+# ------------------------------------------------------------ the chapter's cells
+
+MAX_CELL_LINES = 40
+CHAPTER = Path(__file__).resolve().parent.parent / "chapters" / "01_anatomy.ipynb"
+
+
+def test_no_code_cell_of_the_chapter_is_longer_than_forty_lines():
+    cells = json.loads(CHAPTER.read_text(encoding="utf-8"))["cells"]
+    too_long = {cell["id"]: len("".join(cell["source"]).splitlines())
+                for cell in cells if cell["cell_type"] == "code"}
+    too_long = {cell_id: n for cell_id, n in too_long.items() if n > MAX_CELL_LINES}
+    assert too_long == {}, f"split these cells (id: lines): {too_long}"

@@ -14,11 +14,15 @@ import io
 import json
 from typing import Any
 
+import pytest
 from hypothesis import Phase, event, given, settings
 from hypothesis import strategies as st
 
 from agentbook import (
     AUTO_REFUND_LIMIT_CENTS,
+    RunResult,
+    RunState,
+    TRANSCRIPT_WIDTH,
     Limits,
     ScriptedModel,
     Stop,
@@ -30,7 +34,10 @@ from agentbook import (
     parse_tool_calls,
     print_transcript,
     refund_gate,
+    resume_agent,
     run_agent,
+    state_from_json,
+    state_to_json,
     validate_call,
 )
 
@@ -259,8 +266,14 @@ def test_every_generated_run_ends_typed_bounded_and_moves_only_allowed_money(mod
     elif result.stop is Stop.TOKEN_LIMIT:
         assert estimate_tokens(state.messages) > limits.max_prompt_tokens
     else:
-        assert state.observations[-1].kind == "denied"
-    print_quietly(state)  # the transcript of any such run can be printed
+        # The run stopped at a denial; whatever that message proposed after
+        # it was answered as skipped, and nothing ran for it.
+        kinds = [o.kind for o in state.observations]
+        executed = len(kinds) - kinds[::-1].index("denied")
+        assert set(kinds[executed:]) <= {"skipped"}
+        assert "skipped" not in kinds[:executed]
+    printed = print_quietly(state)  # the transcript of any such run can be printed
+    assert all(len(line) <= TRANSCRIPT_WIDTH for line in printed.splitlines())
     event(f"stop={result.stop.value}")
     event(f"receipts={len(effects)}")
 
@@ -279,3 +292,109 @@ def test_runs_stay_checkable_whatever_role_the_reply_claims(reply, limits):
                        limits)
     assert all_true(check_run(result, effects, limits))
     print_quietly(result.state)
+
+
+# ------------------------------------------------ stops inside a message
+
+# Each entry of a generated message: a lookup (runs), a refund the gate allows,
+# or one of two over-limit refunds whose repeats the no-progress rule counts.
+MOVES = {
+    "lookup": ("lookup_order", {"order_id": "A-17"}),
+    "allowed": ("refund_order", {"order_id": "A-17", "amount_cents": 100}),
+    "too much": ("refund_order", {"order_id": "A-17", "amount_cents": 9999}),
+    "far too much": ("refund_order", {"order_id": "A-17", "amount_cents": 10**6}),
+}
+move_lists = st.lists(st.sampled_from(sorted(MOVES)), min_size=1, max_size=6)
+
+
+def proposals_of(moves: list[str], turn: int) -> dict[str, Any]:
+    return {"role": "assistant", "content": None, "tool_calls": [
+        raw_call(f"t{turn}-{index}", *MOVES[move]) for index, move in enumerate(moves)]}
+
+
+def answered_in_order(messages: list[dict[str, Any]]) -> bool:
+    """Each assistant message's calls are answered, in order, by the tool messages after it."""
+    pending: list[str] = []
+    for message in messages:
+        if message["role"] == "assistant":
+            if pending:
+                return False
+            pending = [call.call_id for call in parse_tool_calls(message)]
+        elif message["role"] == "tool":
+            if not pending or message["tool_call_id"] != pending.pop(0):
+                return False
+    return not pending
+
+
+@given(st.lists(move_lists, min_size=1, max_size=4), st.integers(1, 3))
+def test_a_stop_at_any_position_of_a_message_leaves_every_call_answered(turns, denials):
+    tools, effects = make_environment()
+    model = ScriptedModel(turns=[proposals_of(moves, n) for n, moves in enumerate(turns)])
+    result = run_agent("Refund order A-17.", model, tools, refund_gate,
+                       Limits(repeated_denials=denials))
+    state = result.state
+    assert answered_in_order(state.messages)
+    assert all_true(check_run(result, effects, Limits(repeated_denials=denials)))
+    kinds = [o.kind for o in state.observations]
+    played = [move for moves in turns[:state.turns] for move in moves]
+    assert len(kinds) == len(played)
+    executed = kinds.index("skipped") if "skipped" in kinds else len(kinds)
+    assert set(kinds[executed:]) <= {"skipped"}
+    # Only the calls before the stop ran: one receipt per allowed refund among them.
+    assert len(effects) == played[:executed].count("allowed")
+    if executed < len(kinds):
+        assert result.stop is Stop.NO_PROGRESS and kinds[executed - 1] == "denied"
+        event(f"skipped after position {executed - sum(map(len, turns[:state.turns - 1]))}")
+
+
+@given(st.lists(move_lists, min_size=1, max_size=4), st.integers(1, 3))
+def test_check_run_notices_any_one_answer_taken_away_or_repeated(turns, denials):
+    tools, effects = make_environment()
+    model = ScriptedModel(turns=[proposals_of(moves, n) for n, moves in enumerate(turns)])
+    result = run_agent("Refund order A-17.", model, tools, refund_gate,
+                       Limits(repeated_denials=denials))
+    answers = [i for i, m in enumerate(result.state.messages) if m["role"] == "tool"]
+    for index in answers:
+        for broken in (result.state.messages[:index] + result.state.messages[index + 1:],
+                       result.state.messages[:index + 1] + result.state.messages[index:]):
+            damaged = RunResult(result.stop, result.answer, RunState(
+                broken, result.state.observations, result.state.prompt_token_log,
+                result.state.turns))
+            assert check_run(damaged, effects, Limits())["observations_correlated"] is False
+
+
+# ------------------------------------------------ saved and resumed runs
+
+
+def copy_of(model: ScriptedModel) -> ScriptedModel:
+    return ScriptedModel(turns=list(model.turns), reactions=dict(model.reactions))
+
+
+@settings(phases=[Phase.explicit, Phase.generate, Phase.shrink])
+@given(scripted_models, limits, st.integers(1, 12))
+def test_a_saved_and_resumed_run_ends_as_the_uninterrupted_one(model, limits, pause_at):
+    tools_once, effects_once = make_environment()
+    once = run_agent("Order A-17 arrived damaged.", copy_of(model), tools_once, refund_gate,
+                     limits)
+    tools, effects = make_environment()
+    first = run_agent("Order A-17 arrived damaged.", copy_of(model), tools, refund_gate,
+                      Limits(min(pause_at, limits.max_turns), limits.max_prompt_tokens,
+                             limits.repeated_denials))
+    try:
+        saved = state_to_json(first.state)
+    except ValueError:
+        # Only a value JSON cannot hold exactly (NaN, infinity) may stop a save.
+        with pytest.raises(ValueError, match="Out of range float"):
+            json.dumps([first.state.messages, [o.content for o in first.state.observations]],
+                       allow_nan=False)
+        event("not saved: a non-finite number")
+        return
+    assert state_from_json(saved) == first.state
+    if first.stop is not Stop.STEP_LIMIT:
+        assert (first.stop, first.state) == (once.stop, once.state)
+        return
+    resumed = resume_agent(state_from_json(saved), copy_of(model), tools, refund_gate, limits)
+    assert (resumed.stop, resumed.answer) == (once.stop, once.answer)
+    assert resumed.state == once.state
+    assert effects == effects_once
+    event(f"resumed after {first.state.turns} turns, ended {once.stop.value}")
