@@ -182,12 +182,16 @@ def _tls_context() -> Any:
 
 @dataclass(frozen=True)
 class _Reply:
-    """What one HTTP exchange brought back, as plain data."""
+    """What one HTTP exchange brought back, as plain data.
+
+    Its repr leaves out headers and body: a careless server may echo the
+    key in them, and a traceback shows this object's repr.
+    """
 
     status: int
     phrase: str
-    headers: dict[str, str]  # names in lower case
-    body: bytes
+    headers: dict[str, str] = field(repr=False)  # names in lower case
+    body: bytes = field(repr=False)
 
 
 def _deadline_reason(deadline: float) -> str:
@@ -313,7 +317,8 @@ def post_json(url: str, payload: dict[str, Any], headers: dict[str, str],
     try:
         return reply.status, json.loads(reply.body)
     except ValueError:
-        raise ModelError(reply.status, "the reply is not JSON") from None
+        pass  # raised below, so that the decoding error is not its context
+    raise ModelError(reply.status, "the reply is not JSON")
 
 
 # From chapters/a1_real_models.ipynb, cell openai-compatible-model
