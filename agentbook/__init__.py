@@ -4,7 +4,8 @@ The modules beside this file are generated from the chapter notebooks'
 ``# @save`` cells and must not be edited by hand. This file is written by
 hand: it gathers their public names into one flat namespace, in chapter
 order, so that ``from agentbook import *`` gives a reader everything the
-chapters define.
+chapters define. Importing it stays light: the model adapters load httpx, and
+the replay server the standard library's HTTP server, only when first used.
 """
 
 import json

@@ -5,36 +5,38 @@
 import os
 from dataclasses import dataclass, field
 import functools
-import ssl
-from collections.abc import Callable, Sequence
-from typing import Any, Self
-import httpx
+import json
 import time
+from typing import Any, Self
+from collections.abc import Callable, Sequence
 from agentbook.anatomy import (
     ToolSpec,
     tool_schema_json,
+    estimate_tokens,
+    ToolCall,
     parse_tool_calls,
     ScriptedModel,
     overreaching_model,
 )
-import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 import argparse
 import signal
 import sys
-from types import FrameType
 from pathlib import Path
+from types import FrameType
 
 __all__ = [
     "ModelError",
+    "ApiKey",
     "RetryPolicy",
     "retry_delay",
     "post_json",
     "openai_reply_message",
     "OpenAICompatibleModel",
     "LOOPBACK",
+    "CHAT_PATH",
+    "MESSAGES_PATH",
     "ReplayServer",
     "ANTHROPIC_VERSION",
     "anthropic_tools",
@@ -43,6 +45,7 @@ __all__ = [
     "to_anthropic_messages",
     "from_anthropic_messages",
     "AnthropicModel",
+    "SERVE_HELP",
     "load_script",
     "serve_main",
 ]
@@ -50,11 +53,11 @@ __all__ = [
 
 # From chapters/a1_real_models.ipynb, cell model-error
 class ModelError(Exception):
-    """A call to a served model that failed: the HTTP status if there was one, and why.
+    """A call to a served model that failed: the HTTP status if any, and why.
 
-    Every way such a call can fail, from a refused connection to a reply that
-    lacks the message, ends as this one type, so a caller needs one ``except``
-    clause. ``reason`` is one short line and never contains the API key.
+    Every way such a call can fail, from a refused connection to a reply
+    that lacks the message, ends as this one type, so a caller needs one
+    ``except`` clause. ``reason`` is one short line, never the API key.
     """
 
     def __init__(self, status: int | None, reason: str) -> None:
@@ -63,34 +66,73 @@ class ModelError(Exception):
         self.reason = reason
 
     def __str__(self) -> str:
-        return self.reason if self.status is None else f"HTTP {self.status}: {self.reason}"
+        if self.status is None:
+            return self.reason
+        return f"HTTP {self.status}: {self.reason}"
 
 
-def _read_api_key(variable: str) -> str:
-    """The API key in the environment variable ``variable``, or "" if it is not set.
+class ApiKey:
+    """An API key and the header that carries it, hidden from every repr.
 
-    Local servers need no key, so a missing one is not an error here: a hosted
-    API answers 401, and that becomes a ModelError like any other failure.
+    A traceback printed with its local variables, or an error tracker that
+    records them, shows each variable's ``repr``; this one shows no key.
+    The header is made by ``headers()`` at the moment of sending, so no
+    variable of ours ever holds it.
     """
-    key = os.environ.get(variable, "").strip()
-    if key and not (key.isascii() and key.isprintable()):
-        # httpx would refuse it while encoding the header, in an error we do not control.
-        raise ModelError(None, f"${variable} holds characters an HTTP header cannot carry")
+
+    __slots__ = ("_value", "_header", "_scheme")
+
+    def __init__(self, value: str, header: str, scheme: str = "") -> None:
+        self._value = value
+        self._header = header
+        self._scheme = scheme
+
+    def __repr__(self) -> str:
+        return f"ApiKey({self._header}: {'hidden' if self else 'none'})"
+
+    __str__ = __repr__
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+    def is_sendable(self) -> bool:
+        """Whether an HTTP header can carry the key: printable ASCII only."""
+        return self._value.isascii() and self._value.isprintable()
+
+    def headers(self) -> dict[str, str]:
+        """The header to send: empty when there is no key."""
+        return {self._header: self._scheme + self._value} if self else {}
+
+    def redact(self, text: str) -> str:
+        """``text`` with every occurrence of the key blanked out."""
+        return text.replace(self._value, "[redacted]") if self else text
+
+
+def _read_api_key(variable: str, header: str, scheme: str = "") -> ApiKey:
+    """The API key in the environment variable ``variable``; empty if unset.
+
+    Local servers need no key, so a missing one is not an error here: a
+    hosted API answers 401, and that becomes a ModelError like any other.
+    """
+    key = ApiKey(os.environ.get(variable, "").strip(), header, scheme)
+    if not key.is_sendable():
+        # httpx would refuse it while encoding the header, in an error that
+        # we do not control.
+        raise ModelError(None, f"${variable} holds characters an HTTP "
+                               "header cannot carry")
     return key
 
 
-def _redact(text: str, secret: str) -> str:
-    """``text`` on one short line, with every occurrence of ``secret`` blanked out."""
-    if secret:
-        text = text.replace(secret, "[redacted]")
-    line = " ".join(text.split())
+def _one_line(text: str, key: ApiKey) -> str:
+    """``text`` on one short line, with the key blanked out."""
+    line = " ".join(key.redact(text).split())
     return line if len(line) <= 200 else line[:197] + "..."
 
 
 # From chapters/a1_real_models.ipynb, cell retry-policy
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How often to retry a 429 or 5xx reply, and how long to wait before each retry.
+    """How often to retry a 429 or 5xx reply, and how long to wait first.
 
     After failed attempt ``n`` (counting from 0) the wait is
     ``base_delay * 2**n`` seconds, or what the server asked for in its
@@ -103,135 +145,262 @@ class RetryPolicy:
 
 
 def _retry_after_seconds(header: str | None) -> float | None:
-    """Retry-After as a number of seconds, or None when absent, negative or not a number.
+    """Retry-After in seconds; None when absent, negative or not a number.
 
-    The header may also hold an HTTP date. Honouring one would tie the wait to
-    this machine's clock, so a date falls back to our own schedule instead.
+    The header may also hold an HTTP date. Honoring one would tie the wait
+    to this machine's clock, so a date falls back to our own schedule.
     """
     try:
         seconds = float(header) if header is not None else None
     except ValueError:
         return None
-    # NaN compares false with everything, so this refuses it along with negative numbers.
+    # NaN compares false with everything, so this refuses it along with
+    # negative numbers.
     return seconds if seconds is not None and seconds >= 0 else None
 
 
-def retry_delay(policy: RetryPolicy, attempt: int, retry_after: str | None) -> float:
-    """Seconds to wait after failed attempt ``attempt``: the server's wish if usable, capped."""
+def retry_delay(policy: RetryPolicy, attempt: int,
+                retry_after: str | None) -> float:
+    """Seconds to wait after failed attempt ``attempt``, capped.
+
+    The server's wish wins when it is usable; otherwise the backoff does.
+    """
     wished = _retry_after_seconds(retry_after)
     delay = policy.base_delay * 2.0**attempt if wished is None else wished
     return min(delay, policy.max_delay)
 
 
-# From chapters/a1_real_models.ipynb, cell post-json
+# From chapters/a1_real_models.ipynb, cell http-exchange
 @functools.cache
-def _tls_context() -> ssl.SSLContext:
-    """The trusted certificates, loaded once: that costs more than a whole loopback request."""
+def _tls_context() -> Any:
+    """The trusted certificates as an ``ssl.SSLContext``, loaded once:
+    that costs more than a whole loopback request."""
+    import httpx  # at first use, so that `import agentbook` stays light
+
     return httpx.create_ssl_context()
 
 
+@dataclass(frozen=True)
+class _Reply:
+    """What one HTTP exchange brought back, as plain data.
+
+    Its repr leaves out headers and body: a careless server may echo the
+    key in them, and a traceback shows this object's repr.
+    """
+
+    status: int
+    phrase: str
+    headers: dict[str, str] = field(repr=False)  # names in lower case
+    body: bytes = field(repr=False)
+
+
+def _deadline_reason(deadline: float) -> str:
+    return f"no complete reply within the deadline of {deadline:g} s"
+
+
+def _read_body(chunks: Any, ends_at: float) -> bytes | None:
+    """The whole body, or None if the clock passes ``ends_at`` first.
+
+    The clock is read after every chunk, so a server that trickles its
+    reply a byte at a time is cut off on time all the same.
+    """
+    body = bytearray()
+    for chunk in chunks:
+        body += chunk
+        if time.monotonic() > ends_at:
+            return None
+    return bytes(body)
+
+
+def _exchange(url: str, payload: dict[str, Any], key: ApiKey,
+              headers: dict[str, str], *, timeout: float, ends_at: float,
+              deadline: float) -> _Reply:
+    """One POST, its reply read in full before ``ends_at`` (monotonic).
+
+    Getting no complete HTTP reply raises ModelError, with no httpx error
+    attached: that error holds the request, and its headers hold the key.
+    """
+    import httpx  # at first use, so that `import agentbook` stays light
+
+    # Every single wait for data is cut short by the deadline, if nearer.
+    limit = min(timeout, ends_at - time.monotonic())
+    if limit <= 0:
+        raise ModelError(None, _deadline_reason(deadline))
+    try:
+        with (httpx.Client(timeout=limit, verify=_tls_context()) as client,
+              client.stream("POST", url, json=payload,
+                            headers={**headers, **key.headers()}) as response):
+            body = _read_body(response.iter_bytes(), ends_at)
+            if body is not None:
+                names = {k.lower(): v for k, v in response.headers.items()}
+                return _Reply(response.status_code, response.reason_phrase,
+                              names, body)
+        reason = _deadline_reason(deadline)
+    except httpx.TimeoutException as error:
+        reason = (_deadline_reason(deadline) if limit < timeout else
+                  f"no reply before the timeout ({type(error).__name__})")
+    except httpx.ConnectError as error:
+        reason = ("could not connect to the model server "
+                  f"({type(error).__name__})")
+    except (httpx.HTTPError, httpx.InvalidURL) as error:
+        reason = f"the request failed ({type(error).__name__})"
+    # Raised outside the except clauses, so no httpx error is even its
+    # context.
+    raise ModelError(None, reason)
+
+
+# From chapters/a1_real_models.ipynb, cell post-json
 def _is_retryable(status: int) -> bool:
-    """Whether a status means "try again later": rate limited, or failed on the server's side."""
+    """Whether a status means "try again later": rate limited, or failed
+    on the server's side."""
     return status == 429 or 500 <= status <= 599
 
 
-def _error_detail(response: httpx.Response) -> str:
-    """The most useful short text in an error reply: its error message, else its body."""
+def _error_detail(reply: _Reply) -> str:
+    """The most useful short text in an error reply.
+
+    That is where a redirect points, else the error's message, else the
+    body, else the status's reason phrase.
+    """
+    location = reply.headers.get("location")
+    if 300 <= reply.status < 400 and location:
+        return f"redirected to {location}; is base_url right?"
     try:
-        body = response.json()
+        body = json.loads(reply.body)
     except ValueError:
         body = None
-    # OpenAI-compatible servers send {"error": {"message": ...}}; Anthropic nests it the same way.
+    # OpenAI-compatible servers send {"error": {"message": ...}}; Anthropic
+    # nests it the same way.
     error = body.get("error", body) if isinstance(body, dict) else None
     message = error.get("message") if isinstance(error, dict) else error
     if isinstance(message, str) and message:
         return message
-    return response.text or response.reason_phrase
+    return reply.body.decode("utf-8", "replace") or reply.phrase
 
 
-def _send(client: httpx.Client, url: str, payload: dict[str, Any],
-          headers: dict[str, str]) -> httpx.Response:
-    """One POST. Getting no HTTP reply at all raises ModelError, with no httpx error attached."""
-    try:
-        return client.post(url, json=payload, headers=headers)
-    except httpx.TimeoutException as error:
-        reason = f"no reply before the timeout ({type(error).__name__})"
-    except httpx.ConnectError as error:
-        reason = f"could not connect to the model server ({type(error).__name__})"
-    except (httpx.HTTPError, httpx.InvalidURL) as error:
-        reason = f"the request failed ({type(error).__name__})"
-    # The httpx error holds the request, headers and key included, so it must not be chained.
-    raise ModelError(None, reason) from None
+def _check_limits(timeout: float, deadline: float) -> None:
+    """Refuse time limits that could never let a request through."""
+    if not (timeout > 0 and deadline > 0):
+        raise ValueError("timeout and deadline must be positive numbers "
+                         f"of seconds, got {timeout!r} and {deadline!r}")
 
 
-def post_json(url: str, payload: dict[str, Any], headers: dict[str, str], *, timeout: float,
-              retry: RetryPolicy, sleep: Callable[[float], None],
-              secret: str) -> tuple[int, Any]:
-    """POST ``payload`` as JSON; return the status and the decoded body of a 2xx reply.
+def post_json(url: str, payload: dict[str, Any], headers: dict[str, str],
+              *, key: ApiKey, timeout: float, deadline: float,
+              retry: RetryPolicy,
+              sleep: Callable[[float], None]) -> tuple[int, Any]:
+    """POST ``payload`` as JSON; return the status and body of a 2xx reply.
 
-    429 and 5xx replies are retried as ``retry`` says, waiting with ``sleep``.
-    Everything else that goes wrong raises ModelError at once, and ``secret``
-    (the API key) is blanked out of any text quoted from the server.
+    429 and 5xx replies are retried as ``retry`` says, waiting with
+    ``sleep``. The whole call, retries and waits included, ends within
+    ``deadline`` seconds. Anything else that goes wrong raises ModelError
+    at once, with the key blanked out of any text quoted from the server.
     """
-    with httpx.Client(timeout=timeout, verify=_tls_context()) as client:
-        response = _send(client, url, payload, headers)
-        attempt = 0
-        while _is_retryable(response.status_code) and attempt < retry.max_retries:
-            sleep(retry_delay(retry, attempt, response.headers.get("Retry-After")))
-            attempt += 1
-            response = _send(client, url, payload, headers)
-    if not response.is_success:
-        tries = f" (gave up after {attempt + 1} attempts)" if attempt else ""
-        raise ModelError(response.status_code, _redact(_error_detail(response), secret) + tries)
+    _check_limits(timeout, deadline)
+    ends_at = time.monotonic() + deadline
+    limits = {"timeout": timeout, "ends_at": ends_at, "deadline": deadline}
+    reply = _exchange(url, payload, key, headers, **limits)
+    attempt, note = 0, ""
+    while _is_retryable(reply.status) and attempt < retry.max_retries:
+        wait = retry_delay(retry, attempt, reply.headers.get("retry-after"))
+        if time.monotonic() + wait >= ends_at:
+            note = f" (gave up: waiting {wait:g} s would pass the deadline)"
+            break
+        sleep(wait)
+        attempt += 1
+        reply = _exchange(url, payload, key, headers, **limits)
+    if not 200 <= reply.status <= 299:
+        if attempt and not note:
+            note = f" (gave up after {attempt + 1} attempts)"
+        raise ModelError(reply.status,
+                         _one_line(_error_detail(reply), key) + note)
     try:
-        return response.status_code, response.json()
+        return reply.status, json.loads(reply.body)
     except ValueError:
-        raise ModelError(response.status_code, "the reply is not JSON") from None
+        pass  # raised below, so that the decoding error is not its context
+    raise ModelError(reply.status, "the reply is not JSON")
 
 
 # From chapters/a1_real_models.ipynb, cell openai-compatible-model
+def _documented(entry: Any, fields: tuple[str, ...]) -> Any:
+    """A JSON object cut down to ``fields``; anything else as it is."""
+    if not isinstance(entry, dict):
+        return entry
+    return {name: entry[name] for name in fields if name in entry}
+
+
+def _wire_call(entry: Any) -> Any:
+    """One tool-call entry with only the fields the API documents.
+
+    A server may add its own (an ``index``, say), and a strict server
+    refuses them when they come back in the next request. A malformed entry
+    keeps its flaw, for the loop's parser to judge.
+    """
+    call = _documented(entry, ("id", "type", "function"))
+    if isinstance(call, dict) and "function" in call:
+        call["function"] = _documented(call["function"],
+                                       ("name", "arguments"))
+    return call
+
+
 def _wire_message(message: dict[str, Any]) -> dict[str, Any]:
-    """An assistant message cut down to the book's wire shape: role, content, tool_calls."""
+    """An assistant message cut down to the book's wire shape."""
     wire: dict[str, Any] = {"role": "assistant"}
     if "content" in message:
         wire["content"] = message["content"]
-    # Some servers send "tool_calls": [] with a plain answer, and OpenAI refuses [] sent back.
-    if message.get("tool_calls") not in (None, []):
-        wire["tool_calls"] = message["tool_calls"]
+    calls = message.get("tool_calls")
+    # Some servers send "tool_calls": [] with a plain answer, and OpenAI
+    # refuses [] sent back.
+    if calls not in (None, []):
+        wire["tool_calls"] = ([_wire_call(entry) for entry in calls]
+                              if isinstance(calls, list) else calls)
     return wire
 
 
 def openai_reply_message(body: Any) -> dict[str, Any] | None:
-    """The assistant message in a chat-completions reply, or None if there is none."""
+    """The assistant message in a chat-completions reply, or None."""
     choices = body.get("choices") if isinstance(body, dict) else None
     first = choices[0] if isinstance(choices, list) and choices else None
     message = first.get("message") if isinstance(first, dict) else None
     return _wire_message(message) if isinstance(message, dict) else None
 
 
+def _usage(body: Any) -> dict[str, Any] | None:
+    """The token usage a reply reports, as the server wrote it, or None."""
+    usage = body.get("usage") if isinstance(body, dict) else None
+    return usage if isinstance(usage, dict) else None
+
+
 @dataclass(kw_only=True)
 class OpenAICompatibleModel:
-    """A served model behind an OpenAI-compatible ``/chat/completions`` endpoint.
+    """A served model behind an OpenAI-compatible ``/chat/completions``.
 
-    ``chat`` has the scripted model's interface, so ``run_agent`` takes this
-    class unchanged. ``base_url`` ends in ``/v1`` (``http://localhost:8000/v1``,
-    say); ``tools`` is the registry to advertise. The API key, if the server
-    needs one, is read from the variable named by ``api_key_env`` at each
-    request and is never stored here.
+    ``chat`` has the scripted model's interface, so ``run_agent`` takes
+    this class unchanged. ``base_url`` ends in ``/v1``; ``tools`` is the
+    registry to advertise. ``timeout`` bounds each wait for data and
+    ``deadline`` the whole call, retries included, in seconds. The API
+    key is read from the variable ``api_key_env`` at each request and is
+    never stored here. ``usage_log`` keeps the usage each reply reported.
     """
 
     base_url: str
     model: str
     tools: dict[str, ToolSpec] = field(default_factory=dict, repr=False)
     temperature: float = 0.0
-    seed: int | None = 7
+    seed: int | None = None  # sent only when set: not every API takes it
     api_key_env: str = "OPENAI_API_KEY"
     timeout: float = 60.0
+    deadline: float = 180.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
+    usage_log: list[dict[str, Any] | None] = field(
+        default_factory=list, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        _check_limits(self.timeout, self.deadline)
 
     def request_body(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        """The JSON body of one chat-completions request for this transcript."""
+        """The JSON body of one chat-completions request."""
         body: dict[str, Any] = {"model": self.model, "messages": messages,
                                 "temperature": self.temperature}
         if self.seed is not None:
@@ -241,20 +410,27 @@ class OpenAICompatibleModel:
         return body
 
     def chat(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        """Send the transcript and return the next assistant message, or raise ModelError."""
-        key = _read_api_key(self.api_key_env)
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        status, body = post_json(f"{self.base_url.rstrip('/')}/chat/completions",
-                                 self.request_body(messages), headers, timeout=self.timeout,
-                                 retry=self.retry, sleep=self.sleep, secret=key)
+        """Send the transcript; return the next assistant message."""
+        status, body = post_json(
+            f"{self.base_url.rstrip('/')}/chat/completions",
+            self.request_body(messages), {},
+            key=_read_api_key(self.api_key_env, "Authorization", "Bearer "),
+            timeout=self.timeout, deadline=self.deadline, retry=self.retry,
+            sleep=self.sleep)
         message = openai_reply_message(body)
         if message is None:
             raise ModelError(status, "the reply has no choices[0].message")
+        self.usage_log.append(_usage(body))
         return message
 
 
 # From chapters/a1_real_models.ipynb, cell replay-server
 LOOPBACK = "127.0.0.1"
+CHAT_PATH = "/v1/chat/completions"
+MESSAGES_PATH = "/v1/messages"
+# What each Messages API error status is called in that API's error body.
+_ANTHROPIC_ERROR_TYPES = {400: "invalid_request_error",
+                          404: "not_found_error", 500: "api_error"}
 
 
 def _error_body(message: str) -> dict[str, Any]:
@@ -262,47 +438,106 @@ def _error_body(message: str) -> dict[str, Any]:
     return {"error": {"message": message}}
 
 
-class ReplayServer:
-    """An OpenAI-compatible HTTP endpoint on this machine that replays a scripted model.
+def _anthropic_error_body(status: int, message: str) -> dict[str, Any]:
+    """An error reply in the shape of Anthropic's Messages API."""
+    kind = _ANTHROPIC_ERROR_TYPES.get(status, "api_error")
+    return {"type": "error", "error": {"type": kind, "message": message}}
 
-    It answers ``POST /v1/chat/completions``, Anthropic's ``POST /v1/messages``
-    and ``GET /v1/models``. ``new_model`` makes the model to replay
-    (``overreaching_model``, say). A
-    request whose messages hold no assistant turn yet starts a conversation
-    and gets a fresh model; to share one model across conversations, pass
-    ``lambda: model``. Use the server as a context manager, or call ``start``
-    and ``stop``; ``serve_forever`` serves from the calling thread instead.
+
+def _message_key(message: Any) -> str:
+    """A message as the server recognizes it: the parts that matter.
+
+    Clients rebuild messages in their own ways (``content`` missing or
+    None, arguments re-serialized), so only role, text, call ids, tool
+    names and parsed arguments count.
+    """
+    if not isinstance(message, dict):
+        return json.dumps(message, sort_keys=True, default=str)
+    calls = message.get("tool_calls")
+    parts = [message.get("role"), message.get("content") or None,
+             message.get("tool_call_id"),
+             [_call_key(entry) for entry in calls]
+             if isinstance(calls, list) else calls]
+    return json.dumps(parts, sort_keys=True, default=str)
+
+
+def _call_key(entry: Any) -> Any:
+    function = entry.get("function") if isinstance(entry, dict) else None
+    if not isinstance(function, dict):
+        return entry
+    arguments = function.get("arguments")
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            pass  # not JSON: compared as the text it is
+    return [entry.get("id"), function.get("name"), arguments]
+
+
+def _continues(said: list[str], before: list[str]) -> bool:
+    """Whether ``said`` repeats ``before`` and adds at least one message."""
+    return len(said) > len(before) and said[:len(before)] == before
+
+
+class _UnknownConversation(Exception):
+    """A request that continues no conversation this server has served."""
+
+
+@dataclass
+class _Conversation:
+    """One client's conversation: its own model, and what was said so far."""
+
+    model: Any
+    said: list[str]  # the key of every message up to the latest reply
+
+
+class ReplayServer:
+    """An HTTP endpoint on this machine that replays a scripted model.
+
+    It answers ``POST /v1/chat/completions``, Anthropic's
+    ``POST /v1/messages`` and ``GET /v1/models``. ``new_model`` makes the
+    model to replay (``overreaching_model``, say). A request with no
+    assistant turn yet starts a conversation with a fresh model; a request
+    that repeats a conversation's messages and replies and adds to them
+    continues that conversation, so clients served at once never share a
+    script. To share one model, pass ``lambda: model``. Use the server as
+    a context manager, or call ``start`` and ``stop``.
     """
 
-    def __init__(self, new_model: Callable[[], Any], host: str = LOOPBACK, port: int = 0) -> None:
+    def __init__(self, new_model: Callable[[], Any], host: str = LOOPBACK,
+                 port: int = 0) -> None:
         self.new_model = new_model
         self.host = host
-        self.received: list[Any] = []  # every request body, in the order it arrived
-        self._model: Any = None
+        self.received: list[Any] = []  # every request body, in order
+        self._conversations: list[_Conversation] = []
         self._replies = 0
-        self._lock = threading.Lock()  # each request is handled on a thread of its own
+        # Each request is handled on a thread of its own.
+        self._lock = threading.Lock()
+        # Imported here, like httpx, so that `import agentbook` stays light.
+        from http.server import ThreadingHTTPServer
+
         self._http = ThreadingHTTPServer((host, port), _replay_handler(self))
         self._thread: threading.Thread | None = None
 
     @property
     def base_url(self) -> str:
-        """The URL to give a client, ending in /v1, with the port the server really has."""
+        """The URL to give a client, ending in /v1, with the real port."""
         return f"http://{self.host}:{self._http.server_port}/v1"
 
     def start(self) -> Self:
         """Serve from a background thread, and return the server."""
-        # The thread looks for a stop request every 10 ms, so stopping is quick.
-        self._thread = threading.Thread(target=self._http.serve_forever, args=(0.01,),
-                                        daemon=True)
+        # The thread looks for a stop request every 10 ms: stopping is quick.
+        self._thread = threading.Thread(target=self._http.serve_forever,
+                                        args=(0.01,), daemon=True)
         self._thread.start()
         return self
 
     def serve_forever(self) -> None:
-        """Serve from the calling thread until interrupted, as the command line does."""
+        """Serve from the calling thread until interrupted."""
         self._http.serve_forever()
 
     def stop(self) -> None:
-        """Stop serving, wait for the serving thread to finish, and release the port."""
+        """Stop serving, wait for the thread to end, release the port."""
         if self._thread is not None:
             self._http.shutdown()
             self._thread.join()
@@ -316,54 +551,96 @@ class ReplayServer:
         self.stop()
 
     def respond(self, path: str, raw: bytes) -> tuple[int, dict[str, Any]]:
-        """Answer one POST to ``path``: the status and the JSON body to send back."""
+        """Answer one POST to ``path``: the status and the JSON reply."""
+        status, body = self._route(path, raw)
+        if path == MESSAGES_PATH and status != 200:
+            return status, _anthropic_error_body(status,
+                                                 body["error"]["message"])
+        return status, body
+
+    def _route(self, path: str, raw: bytes) -> tuple[int, dict[str, Any]]:
         try:
             request = json.loads(raw)
         except ValueError:
             return 400, _error_body("the request body is not JSON")
         self.received.append(request)
-        routes = {"/v1/chat/completions": self._chat_completion, "/v1/messages": self._message}
+        routes = {CHAT_PATH: self._chat_completion,
+                  MESSAGES_PATH: self._message}
         if path not in routes:
             return 404, _error_body(f"no such endpoint: {path}")
+        if isinstance(request, dict) and request.get("stream"):
+            return 400, _error_body("this server does not stream; send the "
+                                    'request without "stream": true')
         try:
             return 200, routes[path](request)
-        except ModelError as error:  # the script's reply cannot be said in this API
+        except ModelError as error:  # the reply has no form in this API
             return 500, _error_body(error.reason)
+        except _UnknownConversation as error:
+            return 400, _error_body(str(error))
         except (AttributeError, KeyError, TypeError, ValueError) as error:
-            return 400, _error_body(f"malformed request ({type(error).__name__})")
+            return 400, _error_body(
+                f"malformed request ({type(error).__name__})")
 
-    def _next_reply(self, messages: list[dict[str, Any]]) -> tuple[int, dict[str, Any]]:
-        """The script's next message and its number; a new conversation gets a new script."""
+    def _conversation(self, messages: list[dict[str, Any]],
+                      said: list[str]) -> _Conversation:
+        """The conversation these messages continue, or a new one."""
+        continued = [c for c in self._conversations
+                     if _continues(said, c.said)]
+        if continued:  # the one that has gone furthest
+            return max(continued, key=lambda c: len(c.said))
+        if any(message.get("role") == "assistant" for message in messages):
+            raise _UnknownConversation(
+                "these messages continue no conversation this server "
+                "had; start again from the first message")
+        self._conversations.append(_Conversation(self.new_model(), []))
+        return self._conversations[-1]
+
+    def _next_reply(self, messages: list[dict[str, Any]],
+                    ) -> tuple[int, dict[str, Any]]:
+        """The conversation's next scripted message, and its number."""
+        said = [_message_key(message) for message in messages]
         with self._lock:
-            if self._model is None or not any(m.get("role") == "assistant" for m in messages):
-                self._model = self.new_model()
+            conversation = self._conversation(messages, said)
+            reply: dict[str, Any] = conversation.model.chat(messages)
+            conversation.said = [*said, _message_key(reply)]
             self._replies += 1
-            reply: dict[str, Any] = self._model.chat(messages)
             return self._replies, reply
 
     def _chat_completion(self, request: dict[str, Any]) -> dict[str, Any]:
-        """A chat.completion object whose one choice is the script's next message."""
+        """A chat.completion whose one choice is the script's next message."""
         number, reply = self._next_reply(request["messages"])
         finish = "tool_calls" if reply.get("tool_calls") else "stop"
-        return {"id": f"chatcmpl-replay-{number}", "object": "chat.completion", "created": 0,
-                "model": request.get("model", "replay"),
-                "choices": [{"index": 0, "message": reply, "finish_reason": finish}]}
+        prompt = estimate_tokens(request["messages"])
+        completion = estimate_tokens([reply])
+        return {"id": f"chatcmpl-replay-{number}", "object": "chat.completion",
+                "created": 0, "model": request.get("model", "replay"),
+                "choices": [{"index": 0, "message": reply,
+                             "finish_reason": finish}],
+                "usage": {"prompt_tokens": prompt,
+                          "completion_tokens": completion,
+                          "total_tokens": prompt + completion}}
 
     def _message(self, request: dict[str, Any]) -> dict[str, Any]:
-        """A Messages API reply carrying the script's next message as content blocks."""
-        messages = from_anthropic_messages(request.get("system"), request["messages"])
+        """A Messages API reply: the script's next message as blocks."""
+        messages = from_anthropic_messages(request.get("system"),
+                                           request["messages"])
         number, reply = self._next_reply(messages)
         blocks = assistant_to_blocks(reply)
-        stop = "tool_use" if any(block["type"] == "tool_use" for block in blocks) else "end_turn"
-        return {"id": f"msg_replay_{number}", "type": "message", "role": "assistant",
-                "model": request.get("model", "replay"), "content": blocks,
-                "stop_reason": stop, "stop_sequence": None,
-                "usage": {"input_tokens": 0, "output_tokens": 0}}
+        uses = any(block["type"] == "tool_use" for block in blocks)
+        return {"id": f"msg_replay_{number}", "type": "message",
+                "role": "assistant", "model": request.get("model", "replay"),
+                "content": blocks,
+                "stop_reason": "tool_use" if uses else "end_turn",
+                "stop_sequence": None,
+                "usage": {"input_tokens": estimate_tokens(messages),
+                          "output_tokens": estimate_tokens([reply])}}
 
 
 # From chapters/a1_real_models.ipynb, cell replay-handler
-def _replay_handler(server: ReplayServer) -> type[BaseHTTPRequestHandler]:
-    """The request handler class for ``server``: JSON in, JSON out, nothing on stderr."""
+def _replay_handler(server: ReplayServer) -> type[Any]:
+    """The request handler class for ``server``: JSON in, JSON out, and
+    nothing on stderr."""
+    from http.server import BaseHTTPRequestHandler
 
     class ReplayHandler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
@@ -377,7 +654,8 @@ def _replay_handler(server: ReplayServer) -> type[BaseHTTPRequestHandler]:
                             "owned_by": "agentbook"}]
                 self._reply(200, {"object": "list", "data": listing})
             else:
-                self._reply(404, _error_body(f"no such endpoint: {self.path}"))
+                self._reply(404, _error_body(
+                    f"no such endpoint: {self.path}"))
 
         def _reply(self, status: int, body: dict[str, Any]) -> None:
             data = json.dumps(body).encode()
@@ -398,14 +676,34 @@ ANTHROPIC_VERSION = "2023-06-01"
 
 
 def anthropic_tools(tools: dict[str, ToolSpec]) -> list[dict[str, Any]]:
-    """The registry's declarations in the Messages API's shape: the same schema, renamed."""
+    """The registry's declarations in the Messages API's shape: the same
+    schema, renamed."""
     return [{"name": declaration["function"]["name"],
              "description": declaration["function"]["description"],
              "input_schema": declaration["function"]["parameters"]}
             for declaration in tool_schema_json(tools)]
 
 
-def assistant_to_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
+def _tool_use(call: ToolCall, strict: bool) -> dict[str, Any]:
+    """One proposed call as a ``tool_use`` block.
+
+    A call the parser found malformed has no faithful form, since the API
+    takes only a string id, a name and an input object. Strictly, that is
+    a ModelError. Otherwise it goes out under the id its ``tool_result``
+    answers, with an empty input: the result says what was wrong.
+    """
+    if call.arguments is not None:
+        return {"type": "tool_use", "id": call.call_id, "name": call.name,
+                "input": call.arguments}
+    if strict:
+        raise ModelError(None, f"tool call {call.call_id!r} has no "
+                               f"tool_use form: {call.problem}")
+    return {"type": "tool_use", "id": call.call_id,
+            "name": call.name or "unnamed", "input": {}}
+
+
+def assistant_to_blocks(message: dict[str, Any], *,
+                        strict: bool = True) -> list[dict[str, Any]]:
     """An assistant message of the book as Messages API content blocks.
 
     The text, if any, becomes a ``text`` block and each tool call a
@@ -414,40 +712,39 @@ def assistant_to_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     content = message.get("content")
     if content not in (None, ""):
-        blocks.append({"type": "text",
-                       "text": content if isinstance(content, str) else json.dumps(content)})
+        text = content if isinstance(content, str) else json.dumps(content)
+        blocks.append({"type": "text", "text": text})
     for call in parse_tool_calls(message):
-        if call.arguments is None:
-            raise ModelError(None, f"tool call {call.call_id!r} has no tool_use form: "
-                                   f"{call.problem}")
-        blocks.append({"type": "tool_use", "id": call.call_id, "name": call.name,
-                       "input": call.arguments})
+        blocks.append(_tool_use(call, strict))
     return blocks
 
 
 def blocks_to_assistant(blocks: list[Any]) -> dict[str, Any]:
-    """Messages API content blocks as an assistant message in the book's wire shape.
+    """Messages API content blocks as an assistant message of the book.
 
-    Text blocks are joined into ``content``; each ``tool_use`` block becomes a
-    tool call whose arguments are a JSON string again, so the loop's parser,
-    gate and checker see the shape they always see.
+    Text blocks are joined into ``content``; each ``tool_use`` block
+    becomes a tool call whose arguments are a JSON string again, so the
+    loop's parser, gate and checker see the shape they always see.
     """
     texts = [block["text"] for block in blocks if isinstance(block, dict)
-             and block.get("type") == "text" and isinstance(block.get("text"), str)]
+             and block.get("type") == "text"
+             and isinstance(block.get("text"), str)]
     uses = [block for block in blocks if isinstance(block, dict)
             and block.get("type") == "tool_use"]
     content = "\n\n".join(texts) if texts else None
     if not uses:
         return {"role": "assistant", "content": content}
     calls = [{"id": use.get("id"), "type": "function",
-              "function": {"name": use.get("name"), "arguments": json.dumps(use.get("input"))}}
+              "function": {"name": use.get("name"),
+                           "arguments": json.dumps(use.get("input"))}}
              for use in uses]
     return {"role": "assistant", "content": content, "tool_calls": calls}
 
 
 # From chapters/a1_real_models.ipynb, cell anthropic-messages
 def _failed(content: str) -> bool:
-    """Whether a tool message reports a call that did not succeed (the loop writes "ok")."""
+    """Whether a tool message reports a call that did not succeed (the
+    loop writes "ok")."""
     try:
         body = json.loads(content)
     except ValueError:
@@ -456,7 +753,7 @@ def _failed(content: str) -> bool:
 
 
 def _tool_result(message: dict[str, Any]) -> dict[str, Any]:
-    """A tool message of the book as a ``tool_result`` block for the next user turn."""
+    """A tool message as a ``tool_result`` block for the next user turn."""
     content = message.get("content")
     text = content if isinstance(content, str) else json.dumps(content)
     return {"type": "tool_result", "tool_use_id": message.get("tool_call_id"),
@@ -464,23 +761,29 @@ def _tool_result(message: dict[str, Any]) -> dict[str, Any]:
 
 
 def _holds_tool_results(turns: list[dict[str, Any]]) -> bool:
-    """Whether the last turn so far is a user turn of tool results, open for one more."""
-    # The book's user messages are text, so only a turn of tool results has a list as content.
-    return bool(turns) and turns[-1]["role"] == "user" and isinstance(turns[-1]["content"], list)
+    """Whether the last turn is a user turn of tool results, open for
+    one more."""
+    # The book's user messages are text, so only a turn of tool results has
+    # a list as content.
+    return (bool(turns) and turns[-1]["role"] == "user"
+            and isinstance(turns[-1]["content"], list))
 
 
 def to_anthropic_messages(
-    messages: list[dict[str, Any]],
+    messages: list[dict[str, Any]], *, strict: bool = True,
 ) -> tuple[str | None, list[dict[str, Any]]]:
-    """Translate the book's transcript into the Messages API's ``system`` and ``messages``."""
-    system = "\n\n".join(str(m.get("content")) for m in messages if m.get("role") == "system")
+    """The book's transcript as the Messages API's ``system`` and
+    ``messages``; ``strict`` is passed on to ``assistant_to_blocks``."""
+    system = "\n\n".join(str(m.get("content")) for m in messages
+                         if m.get("role") == "system")
     turns: list[dict[str, Any]] = []
     for message in messages:
         role = message.get("role")
         if role == "user":
             turns.append({"role": "user", "content": message.get("content")})
         elif role == "assistant":
-            turns.append({"role": "assistant", "content": assistant_to_blocks(message)})
+            blocks = assistant_to_blocks(message, strict=strict)
+            turns.append({"role": "assistant", "content": blocks})
         elif role == "tool":
             if not _holds_tool_results(turns):
                 turns.append({"role": "user", "content": []})
@@ -489,25 +792,27 @@ def to_anthropic_messages(
 
 
 def _from_user_block(block: dict[str, Any]) -> dict[str, Any]:
-    """One block of a user turn as a message of the book: a tool result, or user text."""
+    """One block of a user turn as a message of the book."""
     if block.get("type") == "tool_result":
         return {"role": "tool", "tool_call_id": block.get("tool_use_id"),
                 "content": block.get("content")}
     return {"role": "user", "content": block.get("text")}
 
 
-def from_anthropic_messages(system: str | None,
-                            turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Translate a Messages API conversation back into the book's transcript.
+def from_anthropic_messages(system: str | None, turns: list[dict[str, Any]],
+                            ) -> list[dict[str, Any]]:
+    """A Messages API conversation as the book's transcript again.
 
-    For every transcript the loop writes, this undoes ``to_anthropic_messages``
-    exactly; the replay server relies on it to replay a script unchanged.
+    For every transcript the loop writes, this undoes
+    ``to_anthropic_messages`` exactly; the replay server relies on it to
+    replay a script unchanged.
     """
     messages = [{"role": "system", "content": system}] if system else []
     for turn in turns:
         content = turn["content"]
         if turn["role"] == "assistant":
-            messages.append(blocks_to_assistant(content) if isinstance(content, list)
+            messages.append(blocks_to_assistant(content)
+                            if isinstance(content, list)
                             else {"role": "assistant", "content": content})
         elif isinstance(content, list):
             messages.extend(_from_user_block(block) for block in content)
@@ -519,12 +824,12 @@ def from_anthropic_messages(system: str | None,
 # From chapters/a1_real_models.ipynb, cell anthropic-model
 @dataclass(kw_only=True)
 class AnthropicModel:
-    """A model behind Anthropic's Messages API, with the same ``chat`` as every other model.
+    """A model behind Anthropic's Messages API, with the same ``chat``.
 
     Requests are translated by ``to_anthropic_messages`` and replies by
     ``blocks_to_assistant``, so the loop, the gate and ``check_run`` never
-    learn which vendor answered. The key is read from ``api_key_env`` at each
-    request and is never stored here.
+    learn which vendor answered. Time limits, the key and ``usage_log``
+    work as in ``OpenAICompatibleModel``.
     """
 
     model: str
@@ -534,14 +839,24 @@ class AnthropicModel:
     temperature: float = 0.0
     api_key_env: str = "ANTHROPIC_API_KEY"
     timeout: float = 60.0
+    deadline: float = 180.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
+    usage_log: list[dict[str, Any] | None] = field(
+        default_factory=list, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        _check_limits(self.timeout, self.deadline)
 
     def request_body(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        """The JSON body of one Messages API request for this transcript."""
-        system, turns = to_anthropic_messages(messages)
-        body: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens,
-                                "messages": turns, "temperature": self.temperature}
+        """The JSON body of one Messages API request."""
+        # Not strict: a call the loop refused as malformed must still go
+        # back, beside the tool_result that answers it.
+        system, turns = to_anthropic_messages(messages, strict=False)
+        body: dict[str, Any] = {"model": self.model,
+                                "max_tokens": self.max_tokens,
+                                "messages": turns,
+                                "temperature": self.temperature}
         if system is not None:
             body["system"] = system
         if self.tools:
@@ -549,23 +864,42 @@ class AnthropicModel:
         return body
 
     def chat(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        """Send the transcript and return the next assistant message, or raise ModelError."""
-        key = _read_api_key(self.api_key_env)
-        headers = {"anthropic-version": ANTHROPIC_VERSION}
-        if key:
-            headers["x-api-key"] = key
-        status, body = post_json(f"{self.base_url.rstrip('/')}/messages",
-                                 self.request_body(messages), headers, timeout=self.timeout,
-                                 retry=self.retry, sleep=self.sleep, secret=key)
+        """Send the transcript; return the next assistant message."""
+        status, body = post_json(
+            f"{self.base_url.rstrip('/')}/messages",
+            self.request_body(messages),
+            {"anthropic-version": ANTHROPIC_VERSION},
+            key=_read_api_key(self.api_key_env, "x-api-key"),
+            timeout=self.timeout, deadline=self.deadline, retry=self.retry,
+            sleep=self.sleep)
         blocks = body.get("content") if isinstance(body, dict) else None
         if not isinstance(blocks, list):
             raise ModelError(status, "the reply has no list of content blocks")
+        self.usage_log.append(_usage(body))
         return blocks_to_assistant(blocks)
 
 
 # From chapters/a1_real_models.ipynb, cell serve-main
+SERVE_HELP = """\
+endpoints:
+  POST /v1/chat/completions  OpenAI-compatible chat completions
+  POST /v1/messages          Anthropic's Messages API
+  GET  /v1/models            lists the one model, "replay"
+
+Replies carry usage: the book's estimate of tokens (JSON characters / 4).
+Streaming is not supported: a request with "stream": true gets a 400 in
+the API's own error shape.
+
+Conversations: a request with no assistant message starts a conversation
+with a fresh copy of the script. A later request continues the
+conversation whose messages and replies it repeats, adding to them, so
+clients served at once each hear their own script. A request that
+continues no conversation served here gets a 400.
+"""
+
+
 def load_script(path: Path) -> Callable[[], ScriptedModel]:
-    """Read a script file and return a function making a fresh ScriptedModel from it.
+    """Read a script file; return a function making a fresh ScriptedModel.
 
     The file holds a JSON list of assistant messages, or an object with
     ``turns`` and, optionally, ``reactions``.
@@ -574,7 +908,8 @@ def load_script(path: Path) -> Callable[[], ScriptedModel]:
     turns = data if isinstance(data, list) else data["turns"]
     reactions = {} if isinstance(data, list) else data.get("reactions", {})
     if not isinstance(turns, list) or not isinstance(reactions, dict):
-        raise ValueError(f"{path}: turns must be a list and reactions an object")
+        raise ValueError(
+            f"{path}: turns must be a list and reactions an object")
 
     def new_model() -> ScriptedModel:
         return ScriptedModel(turns=list(turns), reactions=dict(reactions))
@@ -583,31 +918,44 @@ def load_script(path: Path) -> Callable[[], ScriptedModel]:
 
 
 def _stop_serving(signum: int, frame: FrameType | None) -> None:
-    """Treat a termination request like Ctrl-C, so the server stops cleanly."""
+    """Treat a termination request like Ctrl-C, so the server stops
+    cleanly."""
     raise KeyboardInterrupt
 
 
-def serve_main(argv: Sequence[str] | None = None) -> int:
-    """``python -m agentbook.serve``: replay a script over HTTP until interrupted."""
+def _serve_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m agentbook.serve",
-        description="Serve a scripted model as an OpenAI-compatible endpoint "
-                    "(and Anthropic's /v1/messages).")
+        description="Serve a scripted model over HTTP, as an "
+                    "OpenAI-compatible endpoint and as Anthropic's "
+                    "Messages API.",
+        epilog=SERVE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("script", nargs="?", type=Path,
-                        help="a JSON script file (default: the chapter's over-reaching model)")
-    parser.add_argument("--host", default=LOOPBACK, help="address to bind (default: %(default)s)")
+                        help="a JSON script file (default: the chapter's "
+                             "over-reaching model)")
+    parser.add_argument("--host", default=LOOPBACK,
+                        help="address to bind (default: %(default)s)")
     parser.add_argument("--port", type=int, default=8000,
-                        help="port to bind, 0 for any free one (default: %(default)s)")
-    args = parser.parse_args(argv)
+                        help="port to bind, 0 for any free one "
+                             "(default: %(default)s)")
+    return parser
+
+
+def serve_main(argv: Sequence[str] | None = None) -> int:
+    """``python -m agentbook.serve``: replay a script until interrupted."""
+    args = _serve_parser().parse_args(argv)
     try:
-        new_model = overreaching_model if args.script is None else load_script(args.script)
+        new_model = (overreaching_model if args.script is None
+                     else load_script(args.script))
         server = ReplayServer(new_model, args.host, args.port)
     except (OSError, KeyError, TypeError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print(f"replaying {args.script or 'the over-reaching model'} at {server.base_url}; "
-          "Ctrl-C stops", flush=True)
-    signal.signal(signal.SIGTERM, _stop_serving)  # what `kill` and service managers send
+    print(f"replaying {args.script or 'the over-reaching model'} at "
+          f"{server.base_url}; Ctrl-C stops", flush=True)
+    # SIGTERM is what `kill` and service managers send.
+    signal.signal(signal.SIGTERM, _stop_serving)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

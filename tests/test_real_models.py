@@ -21,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -36,6 +37,7 @@ from agentbook.anatomy import (
     allow_all,
     answer_message,
     check_run,
+    estimate_tokens,
     make_environment,
     overreaching_model,
     parse_tool_calls,
@@ -46,6 +48,7 @@ from agentbook.anatomy import (
 )
 from agentbook.real_models import (
     AnthropicModel,
+    ApiKey,
     ModelError,
     OpenAICompatibleModel,
     ReplayServer,
@@ -747,3 +750,493 @@ def test_importing_the_package_starts_nothing_and_prints_nothing() -> None:
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
                           text=True, timeout=30, check=True)
     assert (done.stdout, done.stderr) == ("1 True\n", "")
+
+
+# ---------------------------------------------------------------------------------------------
+# Streaming: refused in each API's own error shape, so both official clients raise
+
+
+def anthropic_client(base_url: str) -> anthropic.Anthropic:
+    """The official Anthropic client; it adds /v1/messages to the server's root itself."""
+    return anthropic.Anthropic(base_url=base_url.removesuffix("/v1"), api_key="not-needed",
+                               max_retries=0, timeout=5)
+
+
+NO_STREAM = 'this server does not stream; send the request without "stream": true'
+
+
+def test_the_openai_client_asking_for_a_stream_gets_a_clear_error() -> None:
+    with ReplayServer(overreaching_model) as server, openai_client(server.base_url) as client:
+        with pytest.raises(openai.BadRequestError) as caught:
+            for _ in client.chat.completions.create(
+                    model="replay", messages=OPENING, stream=True):  # type: ignore[arg-type]
+                pass
+    assert caught.value.status_code == 400
+    assert NO_STREAM in str(caught.value)
+    assert server.received[0]["stream"] is True
+
+
+def test_the_anthropic_client_asking_for_a_stream_gets_a_clear_error() -> None:
+    system, turns = to_anthropic_messages(OPENING)
+    with ReplayServer(overreaching_model) as server:
+        client = anthropic_client(server.base_url)
+        with pytest.raises(anthropic.BadRequestError) as streamed:
+            with client.messages.stream(model="replay", max_tokens=100, system=system or "",
+                                        messages=turns) as stream:  # type: ignore[arg-type]
+                stream.get_final_message()
+        with pytest.raises(anthropic.BadRequestError) as created:
+            client.messages.create(model="replay", max_tokens=100, messages=turns,  # type: ignore[arg-type]
+                                   stream=True)
+        client.close()
+    for caught in (streamed, created):
+        assert caught.value.status_code == 400
+        assert caught.value.body == {"type": "error", "error": {
+            "type": "invalid_request_error", "message": NO_STREAM}}
+
+
+def test_errors_on_the_messages_path_have_the_messages_api_shape() -> None:
+    with ReplayServer(overreaching_model) as server, httpx.Client(timeout=5) as client:
+        not_json = client.post(f"{server.base_url}/messages", content=b"{nope")
+    assert (not_json.status_code, not_json.json()) == (400, {"type": "error", "error": {
+        "type": "invalid_request_error", "message": "the request body is not JSON"}})
+
+
+# ---------------------------------------------------------------------------------------------
+# A deadline for the whole call
+
+
+@contextlib.contextmanager
+def trickling(interval: float = 0.25) -> Iterator[str]:
+    """A server that sends its headers at once, then one byte of the body every ``interval``."""
+    stop = threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            with contextlib.suppress(OSError):
+                self.send_response(200)
+                self.send_header("Content-Length", "1000")
+                self.end_headers()
+                while not stop.wait(interval):
+                    self.wfile.write(b" ")
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=http.serve_forever, args=(0.01,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{http.server_port}/v1"
+    finally:
+        stop.set()
+        http.shutdown()
+        http.server_close()
+        thread.join()
+
+
+ADAPTERS: dict[str, Callable[..., Any]] = {
+    "openai": lambda url, **settings: OpenAICompatibleModel(base_url=url, model="m", **settings),
+    "anthropic": lambda url, **settings: AnthropicModel(base_url=url, model="m", **settings),
+}
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_a_trickling_server_cannot_hold_a_call_past_its_deadline(adapter: str) -> None:
+    with trickling() as url:
+        model = ADAPTERS[adapter](url, timeout=1.0, deadline=1.0)
+        started = time.monotonic()
+        error = failure(model)
+        elapsed = time.monotonic() - started
+    assert (error.status, error.reason) == (None, "no complete reply within the deadline of 1 s")
+    assert 0.9 < elapsed < 2
+
+
+def test_the_deadline_cuts_a_silent_wait_shorter_than_the_timeout() -> None:
+    with canned(Reply(stall=True)) as server:
+        model, _ = recording_model(server.url, timeout=60.0, deadline=0.5)
+        started = time.monotonic()
+        error = failure(model)
+        elapsed = time.monotonic() - started
+    assert error.reason == "no complete reply within the deadline of 0.5 s"
+    assert elapsed < 1.5
+
+
+def test_a_retry_whose_wait_would_pass_the_deadline_is_not_attempted() -> None:
+    with canned(Reply(503, {"error": {"message": "overloaded"}}, {"Retry-After": "5"})) as server:
+        model, waits = recording_model(server.url, deadline=2.0)
+        error = failure(model)
+    assert (error.status, error.reason) == (
+        503, "overloaded (gave up: waiting 5 s would pass the deadline)")
+    assert waits == [] and len(server.requests) == 1
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+@pytest.mark.parametrize(("timeout", "deadline"), [(0, 1.0), (1.0, 0), (-1.0, 1.0),
+                                                   (1.0, float("nan"))])
+def test_time_limits_that_let_nothing_through_are_refused(
+        adapter: str, timeout: float, deadline: float) -> None:
+    with pytest.raises(ValueError, match="timeout and deadline must be positive"):
+        ADAPTERS[adapter]("http://127.0.0.1:9/v1", timeout=timeout, deadline=deadline)
+
+
+# ---------------------------------------------------------------------------------------------
+# Usage: reported by the replay server, read by both official clients, kept by the adapters
+
+
+def test_the_openai_client_reads_usage_from_the_replay_server() -> None:
+    with ReplayServer(overreaching_model) as server, openai_client(server.base_url) as client:
+        completion = client.chat.completions.create(
+            model="replay", messages=OPENING)  # type: ignore[arg-type]
+    reply = overreaching_model().chat(OPENING)
+    assert completion.usage is not None
+    assert (completion.usage.prompt_tokens, completion.usage.completion_tokens,
+            completion.usage.total_tokens) == (
+        estimate_tokens(OPENING), estimate_tokens([reply]),
+        estimate_tokens(OPENING) + estimate_tokens([reply]))
+
+
+def test_the_anthropic_client_reads_usage_from_the_replay_server() -> None:
+    system, turns = to_anthropic_messages(OPENING)
+    with ReplayServer(overreaching_model) as server:
+        client = anthropic_client(server.base_url)
+        message = client.messages.create(model="replay", max_tokens=100, system=system or "",
+                                         messages=turns)  # type: ignore[arg-type]
+        client.close()
+    reply = overreaching_model().chat(OPENING)
+    assert (message.usage.input_tokens, message.usage.output_tokens) == (
+        estimate_tokens(OPENING), estimate_tokens([reply]))
+    assert message.stop_reason == "tool_use"
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_the_adapters_log_the_usage_of_every_reply(adapter: str) -> None:
+    scenario = SCENARIOS["over-reach behind the gate"]
+    tools, _ = make_environment()
+    with ReplayServer(scenario.new_model) as server:
+        model = ADAPTERS[adapter](server.base_url, tools=tools)
+        result = run_agent(TASK, model, tools, scenario.gate)
+    field = "prompt_tokens" if adapter == "openai" else "input_tokens"
+    assert [usage[field] for usage in model.usage_log] == result.state.prompt_token_log
+    assert "usage_log" not in repr(model)
+
+
+def test_usage_is_logged_as_the_server_reported_it_or_as_none() -> None:
+    reported = {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15,
+                "prompt_tokens_details": {"cached_tokens": 0}}
+    with canned(Reply(200, {**COMPLETION, "usage": reported}), Reply(200, COMPLETION)) as server:
+        model, _ = recording_model(server.url)
+        model.chat(OPENING)
+        model.chat(OPENING)
+    assert model.usage_log == [reported, None]
+
+
+# ---------------------------------------------------------------------------------------------
+# Only documented fields go back to the server
+
+
+OPENAI_FIELDS = {"system": {"role", "content"}, "user": {"role", "content"},
+                 "assistant": {"role", "content", "tool_calls"},
+                 "tool": {"role", "content", "tool_call_id"}}
+
+
+def undocumented_openai_fields(request: dict[str, Any]) -> list[str]:
+    """Every field of a chat-completions request's messages that the API does not document."""
+    found = []
+    for message in request.get("messages", []):
+        found += sorted(set(message) - OPENAI_FIELDS.get(message.get("role"), set()))
+        for call in message.get("tool_calls") or []:
+            found += sorted(set(call) - {"id", "type", "function"})
+            found += sorted(set(call.get("function", {})) - {"name", "arguments"})
+    return found
+
+
+class StrictServer(ReplayServer):
+    """A replay server that, like a strict API, refuses any field it does not document."""
+
+    def respond(self, path: str, raw: bytes) -> tuple[int, dict[str, Any]]:
+        unknown = undocumented_openai_fields(json.loads(raw))
+        if unknown:
+            return 400, {"error": {"message": f"unknown fields: {unknown}"}}
+        return super().respond(path, raw)
+
+
+def with_extras() -> ScriptedModel:
+    """The over-reaching model, its replies padded with fields that some servers add."""
+    def pad(message: dict[str, Any]) -> dict[str, Any]:
+        calls = [{**call, "index": index, "function": {**call["function"], "strict": False}}
+                 for index, call in enumerate(message.get("tool_calls", []))]
+        padded = {**message, "refusal": None, "annotations": []}
+        return {**padded, "tool_calls": calls} if calls else padded
+    script = overreaching_model()
+    return ScriptedModel(turns=[pad(turn) for turn in script.turns],
+                         reactions={key: pad(reply) for key, reply in script.reactions.items()})
+
+
+def test_the_strict_server_refuses_the_extra_fields_sent_back_as_received() -> None:
+    with StrictServer(with_extras) as server, httpx.Client(timeout=5) as client:
+        first = client.post(f"{server.base_url}/chat/completions",
+                            json={"model": "m", "messages": OPENING}).json()
+        echoed = [*OPENING, first["choices"][0]["message"]]
+        refused = client.post(f"{server.base_url}/chat/completions",
+                              json={"model": "m", "messages": echoed})
+    assert refused.status_code == 400
+    assert "index" in refused.json()["error"]["message"]
+
+
+def test_the_openai_adapter_sends_back_only_documented_fields() -> None:
+    scenario = SCENARIOS["over-reach behind the gate"]
+    with StrictServer(with_extras) as server:
+        facts = run(scenario, openai_model(server.base_url))
+    assert facts == in_process(scenario)
+    assert all(undocumented_openai_fields(body) == [] for body in server.received)
+
+
+def test_the_anthropic_adapter_sends_back_only_documented_block_fields() -> None:
+    padded = {"type": "tool_use", "id": "toolu_1", "name": "lookup_order",
+              "input": {"order_id": "A-17"}, "caller": {"type": "direct"}, "cache_control": None}
+    text = {"type": "text", "text": "Looking.", "citations": None}
+    with canned(Reply(200, {**ANTHROPIC_REPLY, "content": [text, padded]}),
+                Reply(200, ANTHROPIC_REPLY)) as server:
+        tools, _ = make_environment()
+        run_agent(TASK, AnthropicModel(base_url=server.url, model="m", tools=tools), tools,
+                  refund_gate)
+    assistant = server.requests[1]["body"]["messages"][1]
+    assert assistant == {"role": "assistant", "content": [
+        {"type": "text", "text": "Looking."},
+        {"type": "tool_use", "id": "toolu_1", "name": "lookup_order",
+         "input": {"order_id": "A-17"}}]}
+
+
+# ---------------------------------------------------------------------------------------------
+# A malformed tool_use block is an invalid proposal, and the run goes on
+
+
+def messages_api_problems(request: dict[str, Any]) -> list[str]:
+    """What a strict Messages API would refuse in a request's tool_use and tool_result blocks."""
+    problems, proposed = [], set()
+    for turn in request["messages"]:
+        for block in turn["content"] if isinstance(turn["content"], list) else []:
+            if block["type"] == "tool_use":
+                if not (isinstance(block.get("id"), str) and isinstance(block.get("name"), str)
+                        and block["name"] and isinstance(block.get("input"), dict)):
+                    problems.append(f"malformed tool_use {block}")
+                proposed.add(block.get("id"))
+            elif block["type"] == "tool_result" and block.get("tool_use_id") not in proposed:
+                problems.append(f"tool_result for no tool_use: {block}")
+    return problems
+
+
+LOOKUP = {"type": "tool_use", "id": "toolu_1", "name": "lookup_order",
+          "input": {"order_id": "A-17"}}
+
+
+@pytest.mark.parametrize("flaw", ["id", "name", "input", "input not an object"])
+def test_a_malformed_tool_use_reply_is_answered_as_invalid_and_the_run_goes_on(
+        flaw: str) -> None:
+    if flaw == "input not an object":
+        malformed = {**LOOKUP, "input": 5}
+    else:
+        malformed = {key: value for key, value in LOOKUP.items() if key != flaw}
+    answer = {**ANTHROPIC_REPLY, "content": [{"type": "text", "text": "I could not check."}]}
+    with canned(Reply(200, {**ANTHROPIC_REPLY, "content": [malformed]}),
+                Reply(200, answer)) as server:
+        tools, effects = make_environment()
+        model = AnthropicModel(base_url=server.url, model="m", tools=tools)
+        result = run_agent(TASK, model, tools, refund_gate)
+    assert (result.stop, result.answer, result.state.turns) == (
+        Stop.ANSWERED, "I could not check.", 2)
+    [observation] = result.state.observations
+    assert (observation.ok, observation.kind) == (False, "invalid")
+    assert effects == [] and check_run(result, effects, Limits())["observations_correlated"]
+    second = server.requests[1]["body"]
+    assert messages_api_problems(second) == []
+    [use] = second["messages"][1]["content"]
+    [answered] = second["messages"][2]["content"]
+    assert answered["tool_use_id"] == use["id"] == observation.call_id
+    assert answered["is_error"] is True
+
+
+def test_the_replay_server_still_refuses_to_send_a_call_it_cannot_express() -> None:
+    with pytest.raises(ModelError, match="tool call 'h1' has no tool_use form"):
+        assistant_to_blocks(HOSTILE)
+    _, turns = to_anthropic_messages([*OPENING, HOSTILE], strict=False)
+    blocks = turns[1]["content"]
+    assert [block["id"] for block in blocks] == [call.call_id for call in parse_tool_calls(HOSTILE)]
+    assert all(block["input"] == {} and block["name"] for block in blocks)  # every call malformed
+
+
+# ---------------------------------------------------------------------------------------------
+# Conversations served at once each have their own script
+
+
+class AnthropicClientModel:
+    """The loop's model interface on top of the official ``anthropic`` client."""
+
+    def __init__(self, client: anthropic.Anthropic, tools: dict[str, ToolSpec]) -> None:
+        self.client = client
+        self.tools = tools
+
+    def chat(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        system, turns = to_anthropic_messages(messages)
+        reply = self.client.messages.create(
+            model="replay", max_tokens=1024, system=system or "",
+            messages=turns, tools=anthropic_tools(self.tools))  # type: ignore[arg-type]
+        return blocks_to_assistant([block.model_dump() for block in reply.content])
+
+
+class Lockstep:
+    """Wait for the other run before every request, so that two runs' requests alternate."""
+
+    def __init__(self, model: Any, barrier: threading.Barrier) -> None:
+        self.model = model
+        self.barrier = barrier
+
+    def chat(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        self.barrier.wait(timeout=10)
+        reply: dict[str, Any] = self.model.chat(messages)
+        return reply
+
+
+def clients(base_url: str) -> dict[str, ModelFor]:
+    """Every client of the replay server: the two adapters and the two official clients."""
+    sdk_openai = openai.OpenAI(base_url=base_url, api_key="x", max_retries=0, timeout=5)
+    return {"openai adapter": openai_model(base_url),
+            "anthropic adapter": anthropic_model(base_url),
+            "openai client": lambda tools: OpenAIClientModel(sdk_openai, tools),
+            "anthropic client": lambda tools: AnthropicClientModel(
+                anthropic_client(base_url), tools)}
+
+
+@pytest.mark.parametrize("client", ["openai adapter", "anthropic adapter", "openai client",
+                                    "anthropic client"])
+def test_two_runs_served_at_once_each_get_their_own_script(client: str) -> None:
+    scenario = SCENARIOS["over-reach behind the gate"]
+    barrier = threading.Barrier(2)
+    facts: dict[int, dict[str, Any]] = {}
+    with ReplayServer(scenario.new_model) as server:
+        model_for = clients(server.base_url)[client]
+
+        def one_run(number: int) -> None:
+            facts[number] = run(scenario, lambda tools: Lockstep(model_for(tools), barrier))
+
+        threads = [threading.Thread(target=one_run, args=(number,)) for number in (1, 2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+    assert facts[1] == facts[2] == in_process(scenario)
+    assert len(server.received) == 2 * facts[1]["turns"]
+
+
+def test_two_different_scripts_at_once_keep_apart() -> None:
+    """Two tasks whose conversations differ from the first message on, served by one server."""
+    barrier = threading.Barrier(2)
+    facts: dict[str, dict[str, Any]] = {}
+    scenario = SCENARIOS["over-reach behind the gate"]
+    other = Scenario(overreaching_model, refund_gate, Stop.ANSWERED,
+                     task="Order A-17 arrived damaged, and I am upset.")
+    with ReplayServer(overreaching_model) as server:
+        def one_run(name: str, chosen: Scenario) -> None:
+            facts[name] = run(chosen, lambda tools: Lockstep(
+                openai_model(server.base_url)(tools), barrier))
+
+        threads = [threading.Thread(target=one_run, args=pair)
+                   for pair in (("one", scenario), ("other", other))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+    assert facts["one"] == in_process(scenario)
+    assert facts["other"] == in_process(other)
+
+
+def test_a_request_that_continues_no_conversation_is_refused() -> None:
+    midway = transcript("over-reach behind the gate")[:4]
+    with ReplayServer(overreaching_model) as server, httpx.Client(timeout=5) as client:
+        refused = client.post(f"{server.base_url}/chat/completions",
+                              json={"model": "m", "messages": midway})
+    assert refused.status_code == 400
+    assert refused.json()["error"]["message"] == (
+        "these messages continue no conversation this server had; "
+        "start again from the first message")
+
+
+# ---------------------------------------------------------------------------------------------
+# The key stays out of tracebacks rendered with every frame's local variables
+
+
+def test_tracebacks_with_local_variables_never_show_the_key(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", API_KEY)
+    settings = {"model": "m", "sleep": lambda seconds: None, "timeout": 0.2}
+    adapters: list[tuple[Callable[[str], Any], dict[str, Any]]] = [
+        (lambda url: OpenAICompatibleModel(base_url=url, **settings), COMPLETION),
+        (lambda url: AnthropicModel(base_url=url, **settings), ANTHROPIC_REPLY),
+    ]
+    rendered = []
+    for model_for, ok in adapters:
+        for error in key_failures(model_for, ok):
+            assert error.__cause__ is None and error.__context__ is None
+            rendered.append("".join(traceback.TracebackException.from_exception(
+                error, capture_locals=True).format()))
+    monkeypatch.setenv("OPENAI_API_KEY", f"sk-\x1b{API_KEY}")
+    rendered.append("".join(traceback.TracebackException.from_exception(
+        failure(OpenAICompatibleModel(base_url=closed_port_url(), model="m")),
+        capture_locals=True).format()))
+    assert len(rendered) == 13
+    assert all("real_models.py" in text for text in rendered)  # our own frames are there
+    assert any("key = ApiKey(Authorization: hidden)" in text for text in rendered)
+    assert any("key = ApiKey(x-api-key: hidden)" in text for text in rendered)
+    assert [text for text in rendered if API_KEY in text] == []
+
+
+def test_an_api_key_shows_neither_its_value_nor_its_header() -> None:
+    key = ApiKey(API_KEY, "Authorization", "Bearer ")
+    assert API_KEY not in repr(key) + str(key) + repr([key]) + f"{key}"
+    assert key.headers() == {"Authorization": f"Bearer {API_KEY}"}
+    assert key.redact(f"got {API_KEY}!") == "got [redacted]!"
+    assert ApiKey("", "x-api-key").headers() == {}
+
+
+# ---------------------------------------------------------------------------------------------
+# Smaller points: redirects, the seed, the command line's help
+
+
+def test_a_redirect_names_where_it_points() -> None:
+    location = "https://models.example/v1/chat/completions"
+    with canned(Reply(301, b"", {"Location": location})) as server:
+        model, waits = recording_model(server.url)
+        error = failure(model)
+    assert (error.status, error.reason) == (301, f"redirected to {location}; is base_url right?")
+    assert waits == [] and len(server.requests) == 1
+
+
+def test_the_seed_is_sent_only_when_asked_for() -> None:
+    with canned(Reply()) as server:
+        OpenAICompatibleModel(base_url=server.url, model="m").chat(OPENING)
+        OpenAICompatibleModel(base_url=server.url, model="m", seed=3).chat(OPENING)
+    assert "seed" not in server.requests[0]["body"]
+    assert server.requests[1]["body"]["seed"] == 3
+
+
+def test_help_documents_every_endpoint_the_server_serves(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        serve_main(["--help"])
+    assert exited.value.code == 0
+    text = capsys.readouterr().out
+    listed = re.findall(r"^  (GET|POST) +(/\S+)", text, flags=re.MULTILINE)
+    assert listed == [("POST", "/v1/chat/completions"), ("POST", "/v1/messages"),
+                      ("GET", "/v1/models")]
+    assert "Streaming is not supported" in text and "Conversations:" in text
+    with ReplayServer(overreaching_model) as server, httpx.Client(timeout=5) as client:
+        root = server.base_url.removesuffix("/v1")
+        for method, path in listed:
+            body = {"model": "m", "max_tokens": 10, "messages": OPENING[1:]}
+            reply = client.request(method, root + path,
+                                   json=body if method == "POST" else None)
+            assert reply.status_code == 200, path
+        unlisted = client.post(root + "/v1/completions", json={"prompt": "hi"})
+    assert unlisted.status_code == 404
