@@ -337,6 +337,25 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return render(tmp_path_factory.mktemp("explorer-book"))
 
 
+# Quarto puts require.js and jQuery from a CDN in the head of any page whose notebook has an
+# HTML output, then calls require.js's `define`; offline that one call fails. It is not the
+# explorer's, which loads nothing, so it is the one page error tolerated here.
+QUARTO_WIDGET_ERROR = "define is not defined"
+
+
+def open_offline(browser: Any, page_path: Path, scripts: bool = True) -> tuple[Any, list[str]]:
+    """Open the page at 1280 px as an offline reader would; return it and its page errors."""
+    context = browser.new_context(java_script_enabled=scripts,
+                                  viewport={"width": 1280, "height": 800})
+    context.route("**/*", lambda route: route.continue_() if route.request.url.startswith(
+        "file:") else route.abort())
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(page_path.as_uri())
+    return page, errors
+
+
 def display(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
@@ -422,10 +441,7 @@ def test_explorer_steps_through_every_run_as_its_data_says(rendered: Path) -> No
         browser = playwright.chromium.launch(executable_path=chromium_path(),
                                              args=CHROMIUM_FLAGS)
         try:
-            page = browser.new_page(viewport={"width": 1280, "height": 800})
-            failures: list[str] = []
-            page.on("pageerror", lambda error: failures.append(str(error)))
-            page.goto(rendered.as_uri())
+            page, failures = open_offline(browser, rendered)
             roots = page.locator("div.run-explorer")
             assert roots.count() >= 1
             datasets = [json.loads(text) for text in
@@ -447,7 +463,7 @@ def test_explorer_steps_through_every_run_as_its_data_says(rendered: Path) -> No
                 assert panel.get_attribute("data-rx-step") == str(len(data["steps"]))
                 panel.press("ArrowLeft")
                 assert panel.get_attribute("data-rx-step") == str(len(data["steps"]) - 1)
-            assert failures == []
+            assert set(failures) <= {QUARTO_WIDGET_ERROR}, failures
         finally:
             browser.close()
 
@@ -459,8 +475,7 @@ def test_denial_and_budget_are_shown_at_the_right_steps(rendered: Path) -> None:
         browser = playwright.chromium.launch(executable_path=chromium_path(),
                                              args=CHROMIUM_FLAGS)
         try:
-            page = browser.new_page(viewport={"width": 1280, "height": 800})
-            page.goto(rendered.as_uri())
+            page, _ = open_offline(browser, rendered)
             datasets = [json.loads(text) for text in
                         page.locator("script.run-explorer-data").all_text_contents()]
             panels = page.locator("section.rx-panel")
@@ -496,10 +511,7 @@ def test_fallback_transcript_shows_when_scripts_are_off(rendered: Path) -> None:
         browser = playwright.chromium.launch(executable_path=chromium_path(),
                                              args=CHROMIUM_FLAGS)
         try:
-            context = browser.new_context(java_script_enabled=False,
-                                          viewport={"width": 1280, "height": 800})
-            page = context.new_page()
-            page.goto(rendered.as_uri())
+            page, _ = open_offline(browser, rendered, scripts=False)
             transcripts = page.locator("div.run-explorer > pre.run-explorer-transcript")
             assert transcripts.count() == page.locator("div.run-explorer").count() >= 1
             assert transcripts.first.is_visible()
