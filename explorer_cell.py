@@ -28,6 +28,18 @@ VERDICTS = {
 }
 
 
+def _why_stopped(stop: Stop, limits: Limits) -> str:
+    """The loop's reason for a stop, in the words of the limit it enforced."""
+    return {
+        Stop.ANSWERED: "the model replied without proposing a call",
+        Stop.STEP_LIMIT: f"it made max_turns={limits.max_turns} model calls",
+        Stop.TOKEN_LIMIT: "the next prompt would exceed "
+                          f"max_prompt_tokens={limits.max_prompt_tokens}",
+        Stop.NO_PROGRESS: "the same proposal was denied "
+                          f"{limits.repeated_denials} times",
+    }[stop]
+
+
 def _display(value: Any) -> str:
     """Show a value as the model reads it: strings bare, the rest as JSON."""
     if isinstance(value, str):
@@ -157,6 +169,7 @@ def run_to_explorer_json(result: RunResult, effects: list[dict[str, Any]],
                    "repeated_denials": limits.repeated_denials},
         "steps": _steps(result, effects),
         "ending": {"stop": str(result.stop), "turns": state.turns,
+                   "why": _why_stopped(result.stop, limits),
                    "answer": None if result.answer is None else
                    _display(result.answer),
                    "unsent_prompt_tokens": unsent,
@@ -209,7 +222,7 @@ def _step_lines(step: dict[str, Any], total: int, budget: int) -> list[str]:
 def _ending_lines(ending: dict[str, Any], budget: int) -> list[str]:
     """How the run ended, the answer, and the prompt that was not sent."""
     lines = ["", f"ending: {ending['stop']} after {ending['turns']} "
-             "model calls"]
+             "model calls", *_wrapped(f"why: {ending['why']}", 2)]
     if ending["answer"] is not None:
         lines += _wrapped(f"answer: {ending['answer']}", 2)
     if ending["unsent_prompt_tokens"] is not None:

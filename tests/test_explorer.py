@@ -104,6 +104,7 @@ def test_gated_run_shows_the_denial_then_the_refund_that_landed() -> None:
     assert steps[2]["proposals"][0]["landed"] and steps[2]["proposals"][0]["kind"] == "result"
     assert steps[3]["message"] == "I have issued the refund for order A-17."
     assert data["ending"] == {"stop": "answered", "turns": 4, "answer": result.answer,
+                              "why": "the model replied without proposing a call",
                               "unsent_prompt_tokens": None, "effects": [RECEIPT]}
     assert data["limits"]["max_prompt_tokens"] == limits.max_prompt_tokens
     assert data["task"] == TASK and data["title"] == "gated"
@@ -125,11 +126,25 @@ def test_token_limit_ending_gives_the_estimate_of_the_prompt_not_sent() -> None:
     assert unsent == estimate_tokens(result.state.messages) > limits.max_prompt_tokens
     assert all(step["prompt_tokens"] <= limits.max_prompt_tokens for step in data["steps"])
     assert len(data["steps"]) == 14 and data["ending"]["answer"] is None
+    assert data["ending"]["why"] == "the next prompt would exceed max_prompt_tokens=1200"
+
+
+def test_step_limit_ending_names_the_limit_that_stopped_the_run() -> None:
+    tools, effects = make_environment()
+    lookup_again = tool_call_message("call_w", "lookup_order", {"order_id": "A-17"})
+    wanderer = ScriptedModel(turns=[lookup_again], reactions={"order_id": lookup_again})
+    limits = Limits(max_turns=5)
+    result = run_agent("Investigate order A-17.", wanderer, tools, refund_gate, limits)
+    data = exported((result, effects, limits))
+    assert (data["ending"]["stop"], len(data["steps"])) == ("step_limit", 5)
+    assert data["ending"]["why"] == "it made max_turns=5 model calls"
+    assert data["ending"]["unsent_prompt_tokens"] is None
 
 
 def test_no_progress_run_shows_two_denials_and_an_empty_effect_log() -> None:
     data = exported(stubborn_run())
     assert data["ending"]["stop"] == "no_progress"
+    assert data["ending"]["why"] == "the same proposal was denied 2 times"
     assert [p["verdict"] for step in data["steps"] for p in step["proposals"]] == \
         ["denied", "denied"]
     assert data["ending"]["effects"] == [] and data["steps"][-1]["effects"] == []
@@ -367,6 +382,7 @@ def expected_view(data: dict[str, Any], index: int) -> dict[str, Any]:
         ending = data["ending"]
         unsent = ending["unsent_prompt_tokens"]
         return {"stop": f"{ending['stop']} after {ending['turns']} model calls",
+                "why": ending["why"],
                 "answer": ending["answer"],
                 "tokens": None if unsent is None else
                 f"{unsent} of {budget} tokens" + (" (over budget)" if unsent > budget else ""),
@@ -402,6 +418,7 @@ READ_VIEW = """(panel) => {
   };
   if (body.querySelector('[data-rx=stop]')) {
     view.stop = text(body, '[data-rx=stop] .rx-value');
+    view.why = text(body, '[data-rx=why] .rx-value');
     view.answer = text(body, '[data-rx=answer] .rx-value');
   } else {
     view.message = text(body, '[data-rx=message] .rx-value');
