@@ -32,7 +32,7 @@ import sys
 
 if importlib.util.find_spec("agentbook") is None:
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
-                    "agentbook @ git+https://github.com/agentbook/agentbook"], check=True)"""
+                    "agentbook @ git+https://github.com/agentbook/agentbook@v0.1.0"], check=True)"""
 
 BOUNDARY = re.compile(r"#\s+(begin|end)\s+(question|prompt|solution|tests)\b", re.IGNORECASE)
 # Everything otter's markers look like; none of it may reach a student.
