@@ -132,8 +132,8 @@ class Numbering:
             # The book titles an appendix "Appendix A — Title" and a chapter "1 Title".
             return f"Appendix {number} —" if number and self.appendix else number
         if level == 1:
-            raise ReaderError(f"{self.page}: a chapter has one level-1 heading, its title; "
-                              f"found another: {title!r}")
+            raise ReaderError(f"a chapter has one level-1 heading, its title; found another: "
+                              f"{title!r}")
         if numbered and self.chapter is not None:
             depth = level - 1
             del self.sections[depth:]
@@ -340,8 +340,7 @@ def render_reference(key: str, context: Context, suppress: bool = False) -> str:
         return key
     target = context.targets.get(key.lower())
     if target is None:
-        raise ReaderError(f"{context.numbering.page}: @{key} refers to a label the book "
-                          "does not have")
+        raise ReaderError(f"@{key} refers to a label the book does not have")
     text = target.text.split(" ", 1)[1] if suppress and " " in target.text else target.text
     return f"[{text}]({context.link(target)})"
 
@@ -349,8 +348,7 @@ def render_reference(key: str, context: Context, suppress: bool = False) -> str:
 def cite(key: str, context: Context) -> Work:
     work = context.works.get(key)
     if work is None:
-        raise ReaderError(f"{context.numbering.page}: @{key} is cited but the bibliography "
-                          "has no entry")
+        raise ReaderError(f"@{key} is cited but the bibliography has no entry")
     if key not in context.cited:
         context.cited.append(key)
     return work
@@ -493,11 +491,8 @@ def closing_div(lines: list[str], start: int, width: int) -> int:
         elif DIV_OPEN.match(line):
             depth += 1
         index += 1
-    raise ReaderError(f"{where(lines[start], start)} opens a div that is never closed")
-
-
-def where(line: str, index: int) -> str:
-    return f"line {index + 1} ({line.strip()!r})"
+    raise ReaderError(f"line {start + 1} ({lines[start].strip()!r}) opens a div that is never "
+                      "closed")
 
 
 def convert_fence(info: str, block: list[str], context: Context) -> list[str]:
@@ -633,7 +628,7 @@ def numbered_equation(out: list[str], before: str, label: str, context: Context)
     opening = max((index for index, line in enumerate(out) if line.strip().startswith("$$")),
                   default=None)
     if opening is None:
-        raise ReaderError(f"{context.numbering.page}: the equation {label} has no opening $$")
+        raise ReaderError(f"the equation {label} has no opening $$")
     out[opening:opening] = anchor(label)
     return closing
 
@@ -645,16 +640,17 @@ def convert_notebook(path: Path, context: Context) -> dict[str, Any]:
     """The reader notebook of one chapter notebook."""
     notebook = json.loads(path.read_text(encoding="utf-8"))
     cells: list[dict[str, Any]] = []
+    page = context.numbering.page
     for cell in notebook.get("cells", []):
         try:
             cells += convert_cell(cell, context)
         except ReaderError as error:
-            raise ReaderError(f"{error} (cell {cell.get('id', '?')})") from None
+            raise ReaderError(f"{page}, cell {cell.get('id', '?')}: {error}") from None
     if context.cited and not context.counting:
         cells.append(references_cell(context))
     ids = [cell.get("id") for cell in cells]
     if duplicates := sorted({str(name) for name in ids if ids.count(name) > 1}):
-        raise ReaderError(f"{path.name}: cell ids {', '.join(duplicates)} occur twice; the "
+        raise ReaderError(f"{page}: cell ids {', '.join(duplicates)} occur twice; the "
                           "reader notebook names a caption cell after its code cell plus "
                           "-caption and the reference list 'references'")
     notebook["cells"] = cells
@@ -779,7 +775,10 @@ def all_targets(book: Book, works: dict[str, Work]) -> dict[str, Target]:
         if path.suffix == ".ipynb":
             convert_notebook(path, context)
         else:
-            convert_markdown(path.read_text(encoding="utf-8"), context)
+            try:
+                convert_markdown(path.read_text(encoding="utf-8"), context)
+            except ReaderError as error:
+                raise ReaderError(f"{page}: {error}") from None
         targets.update(context.numbering.targets)
     return targets
 
