@@ -638,7 +638,7 @@ def numbered_equation(out: list[str], before: str, label: str, context: Context)
 
 def convert_notebook(path: Path, context: Context) -> dict[str, Any]:
     """The reader notebook of one chapter notebook."""
-    notebook = json.loads(path.read_text(encoding="utf-8"))
+    notebook: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     cells: list[dict[str, Any]] = []
     page = context.numbering.page
     for cell in notebook.get("cells", []):
