@@ -115,7 +115,7 @@ def install_quarto() -> str | None:
 def book() -> int:
     """Regenerate everything the chapters produce, then render if Quarto is here or can be."""
     set_up()
-    for step in ("scripts.regenerate", "scripts.exercises"):
+    for step in ("scripts.regenerate", "scripts.exercises", "scripts.readers"):
         status = run(venv_python(), "-m", step)
         if status != 0:
             return status

@@ -1,5 +1,7 @@
 -- Put "Open on Binder" and "Open in Colab" links under the title of every chapter that is a
--- notebook, in HTML output. The repository and branch come from `book: repo-url` and
+-- notebook, in HTML output. They open the chapter's reader notebook, notebooks/NAME.ipynb,
+-- which scripts/readers.py writes from chapters/NAME.ipynb without Quarto's markup; Binder
+-- opens it in JupyterLab. The repository and branch come from `book: repo-url` and
 -- `book: repo-branch` in _quarto.yml, so the links follow wherever the book is published.
 -- The URL forms are the ones scripts/book_checks.py checks in README.md and index.qmd.
 
@@ -17,21 +19,23 @@ local function encode(value)
   end))
 end
 
--- The notebook's path inside the repository, e.g. "chapters/01_anatomy.ipynb", or nil.
-local function notebook_path()
+-- The path inside the repository of the reader notebook made from this chapter, e.g.
+-- "notebooks/01_anatomy.ipynb" for chapters/01_anatomy.ipynb, or nil for a .qmd page.
+local READERS_DIR = "notebooks"
+
+local function reader_path()
   local input = quarto.doc.input_file
   if input == nil or not input:match("%.ipynb$") then
     return nil
   end
-  local relative = pandoc.path.make_relative(input, quarto.project.directory)
-  return (relative:gsub("\\", "/"))
+  return READERS_DIR .. "/" .. pandoc.path.filename(input)
 end
 
 function Pandoc(doc)
   if not quarto.doc.is_format("html") then
     return nil
   end
-  local path = notebook_path()
+  local path = reader_path()
   if path == nil then
     return nil
   end

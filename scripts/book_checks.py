@@ -18,6 +18,7 @@ import json
 import re
 import sys
 import textwrap
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,7 @@ import yaml
 
 CONFIG = "_quarto.yml"
 CROSSREF_KINDS = ("fig", "tbl", "eq", "sec", "lst")
-NOTEBOOK_DIRS = ("chapters", "exercises")  # where a notebook may import agentbook
+NOTEBOOK_DIRS = ("chapters", "exercises", "notebooks")  # where a notebook may import agentbook
 BADGE_FILES = ("README.md", "index.qmd")  # where readers find the Binder and Colab links
 
 # Pandoc's citation key: a letter, digit or underscore, then more of them, with single
@@ -49,16 +50,19 @@ CONDA_PIN = re.compile(r"^([A-Za-z0-9_.\-]+)\s*(?:==?|\s)\s*([^\s=<>!,*]+)$")
 PIP_PIN = re.compile(r"^([A-Za-z0-9_.\-]+)\s*==\s*([^\s;#]+)")
 
 # The first code cell of a notebook that imports the package. On Colab the package is missing
-# and this installs it; everywhere else it prints nothing, so nbval sees no new output.
+# and this installs it, from the release tag that matches the notebook (see release_tag);
+# everywhere else it prints nothing, so nbval sees no new output.
 INSTALL_CELL = """\
-# On Colab the book's package is not installed yet; everywhere else this does nothing.
+# On Colab the book's package is not installed yet: install the release
+# this notebook belongs to. Everywhere else this cell does nothing.
 import importlib.util
 import subprocess
 import sys
 
+RELEASE = "git+{repo_url}@{tag}"
 if importlib.util.find_spec("agentbook") is None:
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
-                    "agentbook @ git+{repo_url}"], check=True)"""
+                    f"agentbook @ {{RELEASE}}"], check=True)"""
 
 
 # --------------------------------------------------------------------------- reading the book
@@ -96,6 +100,14 @@ def repository(config: dict[str, Any]) -> tuple[str, str]:
     url = str(book.get("repo-url") or "").rstrip("/").removesuffix(".git")
     match = re.fullmatch(r"https://github\.com/([^/\s]+/[^/\s]+)", url)
     return (match.group(1) if match else ""), str(book.get("repo-branch") or "main")
+
+
+def release_tag(root: Path) -> str:
+    """The git tag of the release the install cells pin: "v" and pyproject.toml's version."""
+    path = root / "pyproject.toml"
+    project = tomllib.loads(path.read_text(encoding="utf-8")).get("project", {}) \
+        if path.is_file() else {}
+    return f"v{project['version']}" if project.get("version") else ""
 
 
 def binder_url(slug: str, branch: str, path: str) -> str:
@@ -467,7 +479,11 @@ def check_install_cells(root: Path) -> list[str]:
     """A notebook under chapters/ or exercises/ that imports agentbook first runs the install
     cell, unchanged and with no stored output."""
     slug, _ = repository(load_config(root))
-    expected = INSTALL_CELL.format(repo_url=f"https://github.com/{slug}")
+    tag = release_tag(root)
+    if not tag:
+        return ["pyproject.toml: [project] has no version, so the install cells have no "
+                "release tag to pin"]
+    expected = INSTALL_CELL.format(repo_url=f"https://github.com/{slug}", tag=tag)
     problems = []
     notebooks = [path for folder in NOTEBOOK_DIRS
                  for path in sorted((root / folder).rglob("*.ipynb"))
@@ -486,8 +502,9 @@ def check_install_cells(root: Path) -> list[str]:
                             "install cell comes before it")
             continue
         if cell_source(installs[0]).strip() != expected:
-            problems.append(f"{name}: the install cell differs from the book's (see "
-                            "INSTALL_CELL in scripts/book_checks.py)")
+            problems.append(f"{name}: the install cell differs from the book's, which "
+                            f"installs the release {tag} (see INSTALL_CELL in "
+                            "scripts/book_checks.py)")
         if installs[0].get("outputs"):
             problems.append(f"{name}: the install cell has stored outputs; where the package "
                             "is installed it must print nothing")

@@ -135,6 +135,7 @@ def book(tmp_path: Path) -> Path:
     (tmp_path / "requirements.txt").write_text("numpy==2.4.6\n")
     (tmp_path / "requirements-dev.txt").write_text("-r requirements.txt\npytest==9.2.0\n")
     (tmp_path / "environment.yml").write_text(ENVIRONMENT, encoding="utf-8")
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "tiny"\nversion = "0.3.1"\n')
     write_notebook(tmp_path / "chapters" / "01_one.ipynb", chapter_cells())
     for check in book_checks.CHECKS:
         assert check(tmp_path) == [], check.__name__
@@ -243,7 +244,7 @@ def test_binder_and_colab_badges_follow_the_repository_in_quarto_yml(book: Path)
     assert check_launch_links(REPO_ROOT) == []
 
 def test_a_notebook_that_imports_agentbook_installs_it_first(book: Path) -> None:
-    install = book_checks.INSTALL_CELL.format(repo_url=REPO)
+    install = book_checks.INSTALL_CELL.format(repo_url=REPO, tag="v0.3.1")
     exercises = book / "exercises"
     write_notebook(exercises / "good.ipynb", [code_cell(install), code_cell("import agentbook")])
     write_notebook(exercises / "none.ipynb", [code_cell("from agentbook import run_agent")])
@@ -257,19 +258,28 @@ def test_a_notebook_that_imports_agentbook_installs_it_first(book: Path) -> None
         code_cell(install.replace(REPO, "https://github.com/someone/else")),
         code_cell("from agentbook import *"),
     ])
+    write_notebook(book / "notebooks" / "unpinned.ipynb", [
+        code_cell(install.replace("@v0.3.1", "")), code_cell("import agentbook"),
+    ])
     assert check_install_cells(book) == [
         "exercises/late.ipynb: code cell 1 imports agentbook, but no install cell comes before it",
         "exercises/noisy.ipynb: the install cell has stored outputs; where the package is "
         "installed it must print nothing",
         "exercises/none.ipynb: code cell 1 imports agentbook, but no install cell comes before it",
-        "exercises/other.ipynb: the install cell differs from the book's (see INSTALL_CELL in "
-        "scripts/book_checks.py)",
+        "exercises/other.ipynb: the install cell differs from the book's, which installs the "
+        "release v0.3.1 (see INSTALL_CELL in scripts/book_checks.py)",
+        "notebooks/unpinned.ipynb: the install cell differs from the book's, which installs the "
+        "release v0.3.1 (see INSTALL_CELL in scripts/book_checks.py)",
     ]
+    (book / "pyproject.toml").write_text('[project]\nname = "tiny"\n')
+    assert check_install_cells(book) == [
+        "pyproject.toml: [project] has no version, so the install cells have no release tag "
+        "to pin"]
     assert check_install_cells(REPO_ROOT) == []
 
 def test_the_install_cell_prints_nothing_where_agentbook_is_installed() -> None:
     """Run here, where the package is installed: the cell must neither print nor install."""
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        exec(book_checks.INSTALL_CELL.format(repo_url=REPO), {})
+        exec(book_checks.INSTALL_CELL.format(repo_url=REPO, tag="v0.3.1"), {})
     assert out.getvalue() == ""

@@ -15,6 +15,7 @@ import pytest
 import yaml
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
+from scripts.book_checks import INSTALL_CELL
 from scripts.exercises import diff, stable_ids, write
 from scripts.regenerate import KERNELSPEC
 
@@ -24,15 +25,8 @@ SOURCE = REPO_ROOT / "exercises" / "source" / "anatomy-exercises.ipynb"
 STUDENT = REPO_ROOT / "exercises" / "anatomy-exercises.ipynb"
 PUBLIC_TESTS = REPO_ROOT / "exercises" / "tests"
 
-COLAB_INSTALL_CELL = """\
-# On Colab the book's package is not installed yet; everywhere else this does nothing.
-import importlib.util
-import subprocess
-import sys
-
-if importlib.util.find_spec("agentbook") is None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
-                    "agentbook @ git+https://github.com/agentbook/agentbook"], check=True)"""
+COLAB_INSTALL_CELL = INSTALL_CELL.format(repo_url="https://github.com/agentbook/agentbook",
+                                         tag="v0.1.0")
 
 BOUNDARY = re.compile(r"#\s+(begin|end)\s+(question|prompt|solution|tests)\b", re.IGNORECASE)
 # Everything otter's markers look like; none of it may reach a student.
