@@ -10,7 +10,8 @@
   }
   await document.fonts.ready;
 
-  const main = document.querySelector("main") || document.body;
+  const main = document.querySelector("main");
+  if (!main) return { loaded: false };
   const column = main.getBoundingClientRect();
   const outside = (el) => el.closest(".column-margin, .column-page, .column-screen, nav");
 
@@ -132,7 +133,7 @@
     diagrams.push(report);
   }
   return {
-    viewport: window.innerWidth, column: [column.left, column.width],
+    loaded: true, viewport: window.innerWidth, column: [column.left, column.width],
     columns_chars: columnsChars, too_wide: tooWide,
     diagrams: diagrams, low_contrast: lowContrast,
   };

@@ -59,10 +59,13 @@ class PageReport:
     too_wide: list[str] = field(default_factory=list)
     diagrams: list[dict[str, Any]] = field(default_factory=list)
     low_contrast: list[str] = field(default_factory=list)
+    loaded: bool = False
     viewport: int = 0
     column: list[float] = field(default_factory=list)
 
     def problems(self) -> list[str]:
+        if not self.loaded:
+            return [f"{self.page}: no <main> element: the page did not load as a book page"]
         found = [f"{self.page}: wider than its column: {what}" for what in self.too_wide]
         for diagram in self.diagrams:
             if diagram["smallest_px"] < MIN_DIAGRAM_TEXT_PX:
@@ -242,6 +245,9 @@ def main(argv: list[str]) -> int:
         return 2
     problems = []
     for report in reports:
+        if not report.loaded:
+            problems += report.problems()
+            continue
         chars = min(report.columns_chars, default=0)
         print(f"{report.page}: viewport {report.viewport} px, text column "
               f"{report.column[1]:.0f} px; "
