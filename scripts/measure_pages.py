@@ -25,6 +25,7 @@ import functools
 import http.server
 import json
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -42,7 +43,7 @@ CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "chrome")
 CHROMIUM_FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--hide-scrollbars", "--remote-debugging-pipe",
+    "--remote-debugging-pipe",
 )
 PAGE_TIMEOUT = 60.0  # seconds for one page to load and its diagrams to draw
 
@@ -136,6 +137,9 @@ class DevTools:
 
     def _receive(self) -> dict[str, Any]:
         while b"\0" not in self._buffer:
+            ready, _, _ = select.select([self._from_browser], [], [], PAGE_TIMEOUT)
+            if not ready:
+                raise TimeoutError(f"Chromium sent nothing for {PAGE_TIMEOUT:.0f} s")
             chunk = os.read(self._from_browser, 1 << 16)
             if not chunk:
                 raise RuntimeError("Chromium closed the DevTools pipe")
