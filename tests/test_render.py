@@ -31,10 +31,11 @@ from scripts import measure_pages
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_LINE = 79  # characters of code or output the text column holds at 1280 px
+MAX_LINE_IN_LIST = 77  # a block inside a list item is indented by the item's marker
 # What the book shows of an output: the first of these it finds (Quarto's order), so a
 # text/plain beside an HTML table or an SVG figure is not on the page.
 RICHER_THAN_TEXT = ("text/html", "image/svg+xml", "image/png", "text/markdown", "text/latex")
-FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
+FENCE = re.compile(r"^( *)(`{3,}|~{3,})(.*)$")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 WARNING = re.compile(r"\bWARN(?:ING)?\b")
 # Not part of the book: left out of the copy that is rendered.
@@ -45,20 +46,30 @@ RENDER_TIMEOUT = 900  # seconds; a render takes about a minute on two shared cor
 
 # --- The lines the book shows, without Quarto -------------------------------------------------
 
-def fenced_lines(markdown: str) -> Iterator[str]:
-    """Every line inside a fenced code block of a markdown text (a ```{mermaid} diagram
-    is drawn, not shown as text, so it is left out)."""
-    fence, drawn = "", False
+def fenced_blocks(markdown: str) -> Iterator[tuple[int, list[str]]]:
+    """Every fenced code block of a markdown text, as its indentation and its lines with that
+    indentation removed (a ```{mermaid} diagram is drawn, not shown as text, so it is left out).
+    """
+    fence, indent, lines, drawn = "", 0, [], False
     for line in markdown.splitlines():
         opened = FENCE.match(line)
         if not fence:
             if opened:
-                fence = opened.group(1)
-                drawn = "mermaid" in opened.group(2)
+                fence, indent, lines = opened.group(2), len(opened.group(1)), []
+                drawn = "mermaid" in opened.group(3)
         elif line.strip().startswith(fence) and not line.strip().strip(fence[0]):
             fence = ""
-        elif not drawn:
-            yield line
+            if not drawn:
+                yield indent, lines
+        else:
+            lines.append(line[indent:] if line[:indent].isspace() else line.lstrip())
+
+
+def long_fenced_lines(markdown: str, where: str) -> list[str]:
+    """Every line of a fenced block longer than the column holds."""
+    return [f"{where}: fenced line of {len(line)} characters: {line[:50]}"
+            for indent, lines in fenced_blocks(markdown)
+            for line in lines if len(line) > (MAX_LINE_IN_LIST if indent else MAX_LINE)]
 
 
 def shown_output_text(output: dict[str, object]) -> str:
@@ -83,20 +94,17 @@ def long_lines_in_notebook(path: Path, limit: int = MAX_LINE) -> list[str]:
     for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
         where = f"{path.name} cell {cell.get('id', '?')}"
         if cell["cell_type"] == "markdown":
-            lines = list(fenced_lines("".join(cell["source"])))
-            kind = "fenced line"
-        else:
-            lines = [line for output in cell.get("outputs", [])
-                     for line in ANSI.sub("", shown_output_text(output)).splitlines()]
-            kind = "output line"
-        found += [f"{where}: {kind} of {len(line)} characters: {line[:50]}"
+            found += long_fenced_lines("".join(cell["source"]), where)
+            continue
+        lines = [line for output in cell.get("outputs", [])
+                 for line in ANSI.sub("", shown_output_text(output)).splitlines()]
+        found += [f"{where}: output line of {len(line)} characters: {line[:50]}"
                   for line in lines if len(line) > limit]
     return found
 
 
-def long_lines_in_markdown(path: Path, limit: int = MAX_LINE) -> list[str]:
-    return [f"{path.name}: fenced line of {len(line)} characters: {line[:50]}"
-            for line in fenced_lines(path.read_text(encoding="utf-8")) if len(line) > limit]
+def long_lines_in_markdown(path: Path) -> list[str]:
+    return long_fenced_lines(path.read_text(encoding="utf-8"), path.name)
 
 
 def book_files(root: Path) -> list[Path]:
@@ -163,6 +171,13 @@ def test_the_line_check_reads_fenced_prose_but_not_diagrams(tmp_path: Path) -> N
     qmd = tmp_path / "page.qmd"
     qmd.write_text(prose, encoding="utf-8")
     assert len(long_lines_in_markdown(qmd)) == 1
+
+
+def test_a_block_in_a_list_is_held_to_the_narrower_width(tmp_path: Path) -> None:
+    fits, too_long = "z" * MAX_LINE_IN_LIST, "z" * (MAX_LINE_IN_LIST + 1)
+    listed = f"- run:\n\n  ```sh\n  {fits}\n  {too_long}\n  ```\n"
+    assert long_fenced_lines(listed, "page") == [
+        f"page: fenced line of {MAX_LINE_IN_LIST + 1} characters: {'z' * 50}"]
 
 
 # --- The rendered book (needs Quarto; the measurement needs Chromium too) ---------------------
