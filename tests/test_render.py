@@ -41,6 +41,7 @@ WARNING = re.compile(r"\bWARN(?:ING)?\b")
 # Not part of the book: left out of the copy that is rendered.
 NOT_COPIED = (".git", ".venv", "_book", ".quarto", "__pycache__", ".mypy_cache", ".ruff_cache",
               ".pytest_cache", ".hypothesis", "*.egg-info")
+CHROMIUM_MISSING = "Chromium is not on PATH (or $CHROMIUM), so pages cannot be measured"
 RENDER_TIMEOUT = 900  # seconds; a render takes about a minute on two shared cores
 
 
@@ -248,7 +249,7 @@ def test_equations_are_mathml_and_need_no_network(rendered: tuple[Path, str]) ->
 
 def test_every_page_fits_its_column_at_1280_px(rendered: tuple[Path, str]) -> None:
     if measure_pages.find_chromium() is None:
-        pytest.skip("Chromium is not on PATH (or $CHROMIUM), so the pages cannot be measured")
+        pytest.skip(CHROMIUM_MISSING)
     book, _ = rendered
     reports = measure_pages.measure_book(book, width=1280, height=800)
     assert {report.page for report in reports} >= {str(html_for(p)) for p in book_files(ROOT)}
@@ -257,3 +258,39 @@ def test_every_page_fits_its_column_at_1280_px(rendered: tuple[Path, str]) -> No
     assert sum(len(report.diagrams) for report in reports) >= 1
     problems = [problem for report in reports for problem in report.problems()]
     assert not problems, "\n".join(problems)
+
+
+def page(tmp_path: Path, body: str) -> Path:
+    """A one-page book whose text column is 400 px wide."""
+    book = tmp_path / "book"
+    book.mkdir()
+    (book / "page.html").write_text(
+        f"<!doctype html><html><body><main style='width: 400px'>{body}</main></body></html>",
+        encoding="utf-8")
+    return book
+
+
+def test_the_measurement_passes_a_page_that_fits(tmp_path: Path) -> None:
+    if measure_pages.find_chromium() is None:
+        pytest.skip(CHROMIUM_MISSING)
+    book = page(tmp_path, "<pre>short</pre><svg class='mermaid-js' id='d' viewBox='0 0 200 50'"
+                          " width='200'><text x='5' y='30' font-size='16'>big</text></svg>")
+    [report] = measure_pages.measure_book(book)
+    assert report.problems() == []
+    assert report.diagrams[0]["smallest_px"] == 16
+
+
+def test_the_measurement_finds_wide_blocks_small_text_and_low_contrast(tmp_path: Path) -> None:
+    if measure_pages.find_chromium() is None:
+        pytest.skip(CHROMIUM_MISSING)
+    # A 1000-unit diagram squeezed into 400 px draws 16-unit text at 6.4 px.
+    book = page(tmp_path, f"<pre>{'x' * 200}</pre><svg class='mermaid-js' id='d' "
+                          "viewBox='0 0 1000 100' style='width: 400px'>"
+                          "<rect width='1000' height='100' fill='#333'/>"
+                          "<text x='10' y='50' font-size='16' fill='#444'>dim</text></svg>")
+    [report] = measure_pages.measure_book(book)
+    problems = report.problems()
+    assert len(problems) == 3, problems
+    assert "code line of 200 characters" in problems[0]
+    assert 'text of 6.4 px ("dim")' in problems[1]
+    assert '"dim" at 1.' in problems[2]
