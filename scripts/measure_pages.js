@@ -92,7 +92,7 @@
   };
 
   const diagrams = [];
-  const lowContrast = [];
+  const labels = [];
   for (const svg of main.querySelectorAll("svg.mermaid-js")) {
     const box = svg.getBoundingClientRect();
     const viewBox = svg.viewBox.baseVal;
@@ -126,15 +126,13 @@
       const ratio = contrast(overWhite(ink),
         backgroundAt(rect.left + rect.width / 2, rect.top + rect.height / 2, svg));
       report.lowest_contrast = Math.min(report.lowest_contrast, ratio);
-      if (ratio < 4.5) {
-        lowContrast.push(`${svg.id}: "${text.slice(0, 40)}" at ${ratio.toFixed(1)}:1`);
-      }
+      labels.push({ diagram: svg.id, text: text.slice(0, 40), contrast: ratio });
     }
     diagrams.push(report);
   }
   return {
     loaded: true, viewport: window.innerWidth, column: [column.left, column.width],
     columns_chars: columnsChars, too_wide: tooWide,
-    diagrams: diagrams, low_contrast: lowContrast,
+    diagrams: diagrams, labels: labels,
   };
 })()

@@ -44,7 +44,7 @@ CHROMIUM_FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
     "--remote-debugging-pipe",
-)
+)  # and no --hide-scrollbars: a 1280 px window with a classic scrollbar has 15 px less room
 PAGE_TIMEOUT = 60.0  # seconds for one page to load and its diagrams to draw
 
 # Runs inside each page. Waits until every Mermaid block has become an SVG, then measures.
@@ -59,7 +59,7 @@ class PageReport:
     columns_chars: list[int] = field(default_factory=list)
     too_wide: list[str] = field(default_factory=list)
     diagrams: list[dict[str, Any]] = field(default_factory=list)
-    low_contrast: list[str] = field(default_factory=list)
+    labels: list[dict[str, Any]] = field(default_factory=list)  # every diagram label
     loaded: bool = False
     viewport: int = 0
     column: list[float] = field(default_factory=list)
@@ -72,7 +72,9 @@ class PageReport:
             if diagram["smallest_px"] < MIN_DIAGRAM_TEXT_PX:
                 found.append(f"{self.page}: diagram {diagram['id']} has text of "
                              f"{diagram['smallest_px']:.1f} px (\"{diagram['smallest_text']}\")")
-        found += [f"{self.page}: low contrast: {what}" for what in self.low_contrast]
+        found += [f"{self.page}: low contrast: {label['diagram']}: \"{label['text']}\" at "
+                  f"{label['contrast']:.1f}:1"
+                  for label in self.labels if label["contrast"] < MIN_CONTRAST]
         return found
 
 
