@@ -856,7 +856,8 @@ def run_parallel(model: Any, tools: dict[str, ToolSpec], gate: Gate,
              ToolCall("p2", "read_policy", {})]
     with ThreadPoolExecutor(max_workers=len(reads)) as pool:
         results = pool.map(lambda c: meter.execute(c, tools, gate), reads)
-        observed = {call.name: seen for call, seen in zip(reads, results, strict=True)}
+        observed = {call.name: seen
+                    for call, seen in zip(reads, results, strict=True)}
     if not observed["lookup_order"].ok:
         return _no_refund(observed["lookup_order"])
     joined = {name: seen.content for name, seen in observed.items()}

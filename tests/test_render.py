@@ -1,0 +1,296 @@
+"""The book as readers see it: every line fits the text column, and the rendered book is clean.
+
+The text column of the rendered book holds 79 characters of code or output at a 1280 px
+window (scripts/measure_pages.py measures it in Chromium), so:
+
+- the chapters' source lines are held to 79 by ruff (chapters/ruff.toml), and
+- every line the book prints in a monospace block (stored outputs, and code fenced in the
+  prose) is held to 79 here, where ruff cannot look.
+
+With Quarto on PATH, the book is rendered into a temporary folder and checked: no warning,
+every page that _quarto.yml lists, no unresolved cross-reference, every figure file, the
+equations as MathML (no CDN needed). With Chromium too, every page is measured at 1280 px:
+nothing wider than its column, diagram text of at least 11 px, labels readable against their
+fills. Without Quarto or Chromium those tests skip and say why.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from scripts import measure_pages
+
+ROOT = Path(__file__).resolve().parent.parent
+MAX_LINE = 79  # characters of code or output the text column holds at 1280 px
+MAX_LINE_IN_LIST = 77  # a block inside a list item is indented by the item's marker
+# What the book shows of an output: the first of these it finds (Quarto's order), so a
+# text/plain beside an HTML table or an SVG figure is not on the page.
+RICHER_THAN_TEXT = ("text/html", "image/svg+xml", "image/png", "text/markdown", "text/latex")
+FENCE = re.compile(r"^( *)(`{3,}|~{3,})(.*)$")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+WARNING = re.compile(r"\bWARN(?:ING)?\b")
+# Not part of the book: left out of the copy that is rendered.
+NOT_COPIED = (".git", ".venv", "_book", ".quarto", "__pycache__", ".mypy_cache", ".ruff_cache",
+              ".pytest_cache", ".hypothesis", "*.egg-info")
+CHROMIUM_MISSING = "Chromium is not on PATH (or $CHROMIUM), so pages cannot be measured"
+RENDER_TIMEOUT = 900  # seconds; a render takes about a minute on two shared cores
+
+
+# --- The lines the book shows, without Quarto -------------------------------------------------
+
+def fenced_blocks(markdown: str) -> Iterator[tuple[int, list[str]]]:
+    """Every fenced code block of a markdown text, as its indentation and its lines with that
+    indentation removed (a ```{mermaid} diagram is drawn, not shown as text, so it is left out).
+    """
+    fence, indent, lines, drawn = "", 0, [], False
+    for line in markdown.splitlines():
+        opened = FENCE.match(line)
+        if not fence:
+            if opened:
+                fence, indent, lines = opened.group(2), len(opened.group(1)), []
+                drawn = "mermaid" in opened.group(3)
+        elif line.strip().startswith(fence) and not line.strip().strip(fence[0]):
+            fence = ""
+            if not drawn:
+                yield indent, lines
+        else:
+            lines.append(line[indent:] if line[:indent].isspace() else line.lstrip())
+
+
+def long_fenced_lines(markdown: str, where: str) -> list[str]:
+    """Every line of a fenced block longer than the column holds."""
+    return [f"{where}: fenced line of {len(line)} characters: {line[:50]}"
+            for indent, lines in fenced_blocks(markdown)
+            for line in lines if len(line) > (MAX_LINE_IN_LIST if indent else MAX_LINE)]
+
+
+def shown_output_text(output: dict[str, object]) -> str:
+    """The text a stored output shows in the book, or "" when it shows something richer."""
+    if output.get("output_type") == "stream":
+        return "".join(output.get("text", ""))  # type: ignore[arg-type]
+    data = output.get("data", {})
+    assert isinstance(data, dict)
+    if any(kind in data for kind in RICHER_THAN_TEXT):
+        return ""
+    if output.get("output_type") == "error":
+        return "\n".join(output.get("traceback", []))  # type: ignore[arg-type]
+    return "".join(data.get("text/plain", ""))
+
+
+def long_lines_in_notebook(path: Path, limit: int = MAX_LINE) -> list[str]:
+    """Every printed output line and every fenced line of prose longer than `limit`.
+
+    Code cells' own source is ruff's to check (chapters/ruff.toml).
+    """
+    found = []
+    for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+        where = f"{path.name} cell {cell.get('id', '?')}"
+        if cell["cell_type"] == "markdown":
+            found += long_fenced_lines("".join(cell["source"]), where)
+            continue
+        lines = [line for output in cell.get("outputs", [])
+                 for line in ANSI.sub("", shown_output_text(output)).splitlines()]
+        found += [f"{where}: output line of {len(line)} characters: {line[:50]}"
+                  for line in lines if len(line) > limit]
+    return found
+
+
+def long_lines_in_markdown(path: Path) -> list[str]:
+    return long_fenced_lines(path.read_text(encoding="utf-8"), path.name)
+
+
+def book_files(root: Path) -> list[Path]:
+    """The pages _quarto.yml lists, in its order."""
+    book = yaml.safe_load((root / "_quarto.yml").read_text(encoding="utf-8"))["book"]
+    listed = book.get("chapters", []) + book.get("appendices", [])
+    return [root / entry for entry in listed if isinstance(entry, str)]
+
+
+def test_every_printed_and_fenced_line_fits_the_column() -> None:
+    problems = []
+    for page in book_files(ROOT):
+        if page.suffix == ".ipynb":
+            problems += long_lines_in_notebook(page)
+        else:
+            problems += long_lines_in_markdown(page)
+    assert not problems, "\n".join(problems)
+
+
+def test_ruff_holds_the_chapters_to_the_column() -> None:
+    settings = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--show-settings",
+         str(ROOT / "chapters" / "01_anatomy.ipynb")],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+    ).stdout
+    assert re.search(rf"^linter\.line_length\s*=\s*{MAX_LINE}$", settings, re.MULTILINE)
+
+
+def notebook(tmp_path: Path, cells: list[dict[str, object]]) -> Path:
+    path = tmp_path / "one.ipynb"
+    path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4,
+                                "nbformat_minor": 5}), encoding="utf-8")
+    return path
+
+
+def code_cell(*outputs: dict[str, object]) -> dict[str, object]:
+    return {"cell_type": "code", "id": "c1", "source": ["print(x)"], "metadata": {},
+            "outputs": list(outputs), "execution_count": 1}
+
+
+def test_the_line_check_finds_long_printed_lines_only_where_shown(tmp_path: Path) -> None:
+    long, short = "x" * (MAX_LINE + 1), "x" * MAX_LINE
+    shown = notebook(tmp_path, [code_cell(
+        {"output_type": "stream", "name": "stdout", "text": [short + "\n", long + "\n"]},
+        {"output_type": "execute_result", "data": {"text/plain": ["\x1b[1m" + short]},
+         "metadata": {}, "execution_count": 1},
+    )])
+    assert long_lines_in_notebook(shown) == [
+        f"one.ipynb cell c1: output line of {MAX_LINE + 1} characters: {'x' * 50}"]
+    # Beside an HTML table the text/plain is not on the page, so its width does not matter.
+    hidden = notebook(tmp_path, [code_cell(
+        {"output_type": "display_data", "metadata": {},
+         "data": {"text/html": ["<table></table>"], "text/plain": [long]}})])
+    assert long_lines_in_notebook(hidden) == []
+
+
+def test_the_line_check_reads_fenced_prose_but_not_diagrams(tmp_path: Path) -> None:
+    long = "y" * (MAX_LINE + 1)
+    prose = f"A {long} sentence is wrapped.\n\n```sh\n{long}\n```\n\n```{{mermaid}}\n{long}\n```\n"
+    page = notebook(tmp_path, [{"cell_type": "markdown", "id": "m1", "metadata": {},
+                                "source": [prose]}])
+    assert long_lines_in_notebook(page) == [
+        f"one.ipynb cell m1: fenced line of {MAX_LINE + 1} characters: {'y' * 50}"]
+    qmd = tmp_path / "page.qmd"
+    qmd.write_text(prose, encoding="utf-8")
+    assert len(long_lines_in_markdown(qmd)) == 1
+
+
+def test_a_block_in_a_list_is_held_to_the_narrower_width(tmp_path: Path) -> None:
+    fits, too_long = "z" * MAX_LINE_IN_LIST, "z" * (MAX_LINE_IN_LIST + 1)
+    listed = f"- run:\n\n  ```sh\n  {fits}\n  {too_long}\n  ```\n"
+    assert long_fenced_lines(listed, "page") == [
+        f"page: fenced line of {MAX_LINE_IN_LIST + 1} characters: {'z' * 50}"]
+
+
+# --- The rendered book (needs Quarto; the measurement needs Chromium too) ---------------------
+
+QUARTO = shutil.which("quarto")
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The book rendered from a copy of the sources; returns its _book folder and the log."""
+    if QUARTO is None:
+        pytest.skip("quarto is not on PATH, so the book cannot be rendered here "
+                    "(README.md says where Quarto comes from)")
+    source = tmp_path_factory.mktemp("book") / "src"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*NOT_COPIED))
+    finished = subprocess.run([QUARTO, "render"], cwd=source, capture_output=True, text=True,
+                              timeout=RENDER_TIMEOUT)
+    log = ANSI.sub("", finished.stdout + finished.stderr)
+    assert finished.returncode == 0, log
+    return source / "_book", log
+
+
+def html_for(page: Path) -> Path:
+    return page.relative_to(ROOT).with_suffix(".html")
+
+
+def test_the_render_has_no_warning(rendered: tuple[Path, str]) -> None:
+    _, log = rendered
+    assert not [line for line in log.splitlines() if WARNING.search(line)], log
+
+
+def test_every_listed_page_is_rendered(rendered: tuple[Path, str]) -> None:
+    book, _ = rendered
+    missing = [str(html_for(page)) for page in book_files(ROOT)
+               if not (book / html_for(page)).is_file()]
+    assert not missing
+
+
+def test_no_reference_is_left_unresolved(rendered: tuple[Path, str]) -> None:
+    book, _ = rendered
+    unresolved = [f"{page.name}: {match}" for page in measure_pages.html_pages(book)
+                  for match in re.findall(r"\?@[\w-]+", page.read_text(encoding="utf-8"))]
+    assert not unresolved
+
+
+def test_every_image_file_is_there(rendered: tuple[Path, str]) -> None:
+    book, _ = rendered
+    missing, seen = [], 0
+    for page in measure_pages.html_pages(book):
+        for source in re.findall(r"<img\b[^>]*\bsrc=\"([^\"]+)\"", page.read_text("utf-8")):
+            if re.match(r"^(?:[a-z]+:|//)", source):
+                continue  # a badge on the web, not one of the book's figures
+            seen += 1
+            if not (page.parent / source).is_file():
+                missing.append(f"{page.name}: {source}")
+    assert seen and not missing
+
+
+def test_equations_are_mathml_and_need_no_network(rendered: tuple[Path, str]) -> None:
+    book, _ = rendered
+    pages = {page: page.read_text(encoding="utf-8") for page in measure_pages.html_pages(book)}
+    assert not [page.name for page, html in pages.items() if re.search("mathjax|katex", html,
+                                                                        re.IGNORECASE)]
+    equations = [html for html in pages.values() if 'id="eq-' in html]
+    assert equations and all(re.search(r'<span id="eq-[^"]+"><math display="block"', html)
+                             for html in equations)
+
+
+def test_every_page_fits_its_column_at_1280_px(rendered: tuple[Path, str]) -> None:
+    if measure_pages.find_chromium() is None:
+        pytest.skip(CHROMIUM_MISSING)
+    book, _ = rendered
+    reports = measure_pages.measure_book(book, width=1280, height=800)
+    assert {report.page for report in reports} >= {str(html_for(p)) for p in book_files(ROOT)}
+    # Chromium lays out what it loads: every chapter has code blocks and every diagram text.
+    assert all(report.columns_chars for report in reports if report.page.startswith("chap"))
+    assert sum(len(report.diagrams) for report in reports) >= 1
+    problems = [problem for report in reports for problem in report.problems()]
+    assert not problems, "\n".join(problems)
+
+
+def page(tmp_path: Path, body: str) -> Path:
+    """A one-page book whose text column is 400 px wide."""
+    book = tmp_path / "book"
+    book.mkdir()
+    (book / "page.html").write_text(
+        f"<!doctype html><html><body><main style='width: 400px'>{body}</main></body></html>",
+        encoding="utf-8")
+    return book
+
+
+def test_the_measurement_passes_a_page_that_fits(tmp_path: Path) -> None:
+    if measure_pages.find_chromium() is None:
+        pytest.skip(CHROMIUM_MISSING)
+    book = page(tmp_path, "<pre>short</pre><svg class='mermaid-js' id='d' viewBox='0 0 200 50'"
+                          " width='200'><text x='5' y='30' font-size='16'>big</text></svg>")
+    [report] = measure_pages.measure_book(book)
+    assert report.problems() == []
+    assert report.diagrams[0]["smallest_px"] == 16
+
+
+def test_the_measurement_finds_wide_blocks_small_text_and_low_contrast(tmp_path: Path) -> None:
+    if measure_pages.find_chromium() is None:
+        pytest.skip(CHROMIUM_MISSING)
+    # A 1000-unit diagram squeezed into 400 px draws 16-unit text at 6.4 px.
+    book = page(tmp_path, f"<pre>{'x' * 200}</pre><svg class='mermaid-js' id='d' "
+                          "viewBox='0 0 1000 100' style='width: 400px'>"
+                          "<rect width='1000' height='100' fill='#333'/>"
+                          "<text x='10' y='50' font-size='16' fill='#444'>dim</text></svg>")
+    [report] = measure_pages.measure_book(book)
+    problems = report.problems()
+    assert len(problems) == 3, problems
+    assert "code line of 200 characters" in problems[0]
+    assert 'text of 6.4 px ("dim")' in problems[1]
+    assert '"dim" at 1.' in problems[2]
