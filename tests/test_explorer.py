@@ -25,17 +25,14 @@ from agentbook import (
     Stop,
     allow_all,
     estimate_tokens,
+    explore_run,
     make_environment,
     overreaching_model,
     refund_gate,
     run_agent,
+    run_to_explorer_json,
     tool_call_message,
 )
-
-try:  # the chapter saves these into the package; until then they live beside it
-    from agentbook import explore_run, run_to_explorer_json  # type: ignore[attr-defined]
-except ImportError:
-    from explorer_cell import explore_run, run_to_explorer_json
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TASK = "Order A-17 arrived damaged. Please make this right."
