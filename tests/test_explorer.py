@@ -1,9 +1,9 @@
 """The run explorer: the JSON export of a run, its text and HTML forms, and the stepper.
 
-The export tests always run. The browser test renders a page with Quarto and steps through
-it in headless Chromium; it skips, saying why, where Quarto, Chromium or Playwright is absent.
-It renders the book's chapter when the chapter shows explorers, and otherwise a small page
-built here from the same runs.
+The export tests always run. The browser tests render a copy of the book with Quarto, open
+the chapter offline in headless Chromium and step through every run it shows, checking each
+view against the run's data; they skip, saying why, where Quarto, Chromium or Playwright is
+absent.
 """
 
 import html
@@ -19,23 +19,21 @@ import pytest
 import yaml
 
 from agentbook import (
+    SYSTEM_PROMPT_WITH_LIMIT,
     Limits,
     RunResult,
     ScriptedModel,
     Stop,
     allow_all,
     estimate_tokens,
+    explore_run,
     make_environment,
     overreaching_model,
     refund_gate,
     run_agent,
+    run_to_explorer_json,
     tool_call_message,
 )
-
-try:  # the chapter saves these into the package; until then they live beside it
-    from agentbook import explore_run, run_to_explorer_json  # type: ignore[attr-defined]
-except ImportError:
-    from explorer_cell import explore_run, run_to_explorer_json
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TASK = "Order A-17 arrived damaged. Please make this right."
@@ -255,29 +253,12 @@ def test_transcript_reads_step_by_step_within_79_characters() -> None:
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                   "--no-first-run", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync"]
-BOOK_FILES = ["_quarto.yml", "index.qmd", "references.qmd", "references.bib", "chapters",
-              "figures", "filters", "explorer"]
-PAGE_RUNS = {
-    "The over-reaching model under refund_gate": gated_run,
-    "The over-reaching model with no gate": ungated_run,
-    "The wanderer, stopped by the token budget": wanderer_run,
-    "The stubborn refund, stopped for no progress": stubborn_run,
-}
+# What a render of the book needs; the rest of the repository is left out of the copy.
+BOOK_FILES = ["_quarto.yml", "book.scss", "index.qmd", "references.qmd", "references.bib",
+              "chapters", "figures", "filters", "explorer", "scripts"]
+CHAPTER_PAGE = Path("_book") / "chapters" / "01_anatomy.html"
 STYLESHEET = "explorer/run-explorer.css"
 SCRIPT = "explorer/run-explorer.html"
-PAGE_CONFIG = f"""\
-project:
-  type: default
-execute:
-  enabled: false
-format:
-  html:
-    theme: cosmo
-    css: {STYLESHEET}
-    include-after-body: {SCRIPT}
-"""
-
-
 def chromium_path() -> str | None:
     found = os.environ.get("AGENTBOOK_CHROMIUM")
     candidates = [found] if found else ["chromium", "chromium-browser", "google-chrome"]
@@ -304,40 +285,33 @@ def test_quarto_yml_ships_the_explorer_script_and_stylesheet() -> None:
         assert fetch not in script and fetch not in (REPO_ROOT / STYLESHEET).read_text()
 
 
-def page_notebook() -> dict[str, Any]:
-    cells: list[dict[str, Any]] = [{"cell_type": "markdown", "id": "intro", "metadata": {},
-                                    "source": "# Runs to step through\n"}]
-    for number, (title, make_run) in enumerate(PAGE_RUNS.items()):
-        shown = explore_run(*make_run(), title)
-        output = {"output_type": "display_data", "metadata": {},
-                  "data": {"text/html": shown._repr_html_(), "text/plain": repr(shown)}}
-        cells.append({"cell_type": "code", "execution_count": None, "id": f"run{number}",
-                      "metadata": {}, "outputs": [output], "source": "explore_run(...)"})
-    return {"cells": cells, "metadata": {"kernelspec": {"name": "python3", "language": "python",
-            "display_name": "Python 3"}}, "nbformat": 4, "nbformat_minor": 5}
-
-
-def chapter_has_explorers() -> bool:
-    return "run-explorer-data" in (REPO_ROOT / "chapters" / "01_anatomy.ipynb").read_text(
-        encoding="utf-8")
+def chapter_runs() -> dict[str, tuple[RunResult, list[dict[str, Any]], Limits]]:
+    """The runs the chapter shows in explorers, by title, in its order, made again here."""
+    tools, effects = make_environment()
+    ungated = run_agent(TASK, overreaching_model(), tools, allow_all,
+                        system_prompt=SYSTEM_PROMPT_WITH_LIMIT)
+    return {
+        "The over-reaching model with no gate": (ungated, effects, Limits()),
+        "The over-reaching model under refund_gate": gated_run(),
+        "The stubborn refund, stopped for no progress": stubborn_run(),
+        "The wanderer, stopped by the token budget": wanderer_run(),
+        "The agent row: the over-reaching model behind the gate": gated_run(),
+    }
 
 
 def render(tmp: Path) -> Path:
-    """Render the chapter (if it shows explorers) or a page of runs; return the HTML file."""
-    if chapter_has_explorers():
-        for name in BOOK_FILES:
-            source = REPO_ROOT / name
-            copy = shutil.copytree if source.is_dir() else shutil.copy
-            copy(source, tmp / name)
-        page = tmp / "_book" / "chapters" / "01_anatomy.html"
-    else:
-        shutil.copytree(REPO_ROOT / "explorer", tmp / "explorer")
-        (tmp / "_quarto.yml").write_text(PAGE_CONFIG, encoding="utf-8")
-        (tmp / "runs.ipynb").write_text(json.dumps(page_notebook()), encoding="utf-8")
-        page = tmp / "runs.html"
+    """Render a copy of the book; return the chapter's page."""
+    for name in BOOK_FILES:
+        source = REPO_ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, tmp / name,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(source, tmp / name)
     done = subprocess.run(["quarto", "render"], cwd=tmp, capture_output=True, text=True,
                           timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
+    page = tmp / CHAPTER_PAGE
     assert page.is_file(), f"quarto did not write {page}"
     return page
 
@@ -352,23 +326,30 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return render(tmp_path_factory.mktemp("explorer-book"))
 
 
-# Quarto puts require.js and jQuery from a CDN in the head of any page whose notebook has an
-# HTML output, then calls require.js's `define`; offline that one call fails. It is not the
-# explorer's, which loads nothing, so it is the one page error tolerated here.
-QUARTO_WIDGET_ERROR = "define is not defined"
+def open_offline(browser: Any, page_path: Path,
+                 scripts: bool = True) -> tuple[Any, list[str], list[str]]:
+    """Open the page at 1280 px as an offline reader would.
 
-
-def open_offline(browser: Any, page_path: Path, scripts: bool = True) -> tuple[Any, list[str]]:
-    """Open the page at 1280 px as an offline reader would; return it and its page errors."""
+    Returns the page, its page errors, and every request that tried to leave the machine
+    (each is refused, as it would fail offline).
+    """
     context = browser.new_context(java_script_enabled=scripts,
                                   viewport={"width": 1280, "height": 800})
-    context.route("**/*", lambda route: route.continue_() if route.request.url.startswith(
-        "file:") else route.abort())
+    outside: list[str] = []
+
+    def only_files(route: Any) -> None:
+        if route.request.url.startswith("file:"):
+            route.continue_()
+        else:
+            outside.append(route.request.url)
+            route.abort()
+
+    context.route("**/*", only_files)
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     page.goto(page_path.as_uri())
-    return page, errors
+    return page, errors, outside
 
 
 def display(value: Any) -> str:
@@ -451,6 +432,12 @@ def step_through(page: Any, panel: Any, data: dict[str, Any], use_keys: bool) ->
     return positions
 
 
+def page_runs(page: Any) -> list[dict[str, Any]]:
+    """The run documents the page carries, in page order."""
+    return [json.loads(text) for text in
+            page.locator("script.run-explorer-data").all_text_contents()]
+
+
 def test_explorer_steps_through_every_run_as_its_data_says(rendered: Path) -> None:
     from playwright.sync_api import sync_playwright
 
@@ -458,16 +445,12 @@ def test_explorer_steps_through_every_run_as_its_data_says(rendered: Path) -> No
         browser = playwright.chromium.launch(executable_path=chromium_path(),
                                              args=CHROMIUM_FLAGS)
         try:
-            page, failures = open_offline(browser, rendered)
+            page, failures, outside = open_offline(browser, rendered)
             roots = page.locator("div.run-explorer")
-            assert roots.count() >= 1
-            datasets = [json.loads(text) for text in
-                        page.locator("script.run-explorer-data").all_text_contents()]
+            datasets = page_runs(page)
+            # The chapter's runs are on the page exactly as the package makes them today.
+            assert datasets == [exported(run, title) for title, run in chapter_runs().items()]
             assert page.locator("div.run-explorer.rx-ready").count() == len(datasets)
-            # The gated run is on the page exactly as the kernel produces it today.
-            gated = exported(gated_run())
-            matches = [d for d in datasets if {**d, "title": "a run"} == gated]
-            assert len(matches) == 1, "the gated over-reaching run is not on the page"
             for number, data in enumerate(datasets):
                 panel = roots.nth(number).locator("section.rx-panel")
                 # The readable transcript is still there, folded under the stepper.
@@ -480,7 +463,8 @@ def test_explorer_steps_through_every_run_as_its_data_says(rendered: Path) -> No
                 assert panel.get_attribute("data-rx-step") == str(len(data["steps"]))
                 panel.press("ArrowLeft")
                 assert panel.get_attribute("data-rx-step") == str(len(data["steps"]) - 1)
-            assert set(failures) <= {QUARTO_WIDGET_ERROR}, failures
+            # Offline, the page asks for nothing outside the book and raises no error.
+            assert (failures, outside) == ([], [])
         finally:
             browser.close()
 
@@ -492,31 +476,32 @@ def test_denial_and_budget_are_shown_at_the_right_steps(rendered: Path) -> None:
         browser = playwright.chromium.launch(executable_path=chromium_path(),
                                              args=CHROMIUM_FLAGS)
         try:
-            page, _ = open_offline(browser, rendered)
-            datasets = [json.loads(text) for text in
-                        page.locator("script.run-explorer-data").all_text_contents()]
+            page, _, _ = open_offline(browser, rendered)
+            titles = [data["title"] for data in page_runs(page)]
             panels = page.locator("section.rx-panel")
-            gated = next(n for n, d in enumerate(datasets)
-                         if {**d, "title": "a run"} == exported(gated_run()))
-            panel = panels.nth(gated)
+            panel = panels.nth(titles.index("The over-reaching model under refund_gate"))
             panel.locator('button[aria-label="Next step"]').click()
             denied = panel.locator("[data-rx=proposal].rx-denied")
             assert denied.count() == 1 and DENIAL in denied.inner_text()
             assert "Step 2 of 5: model call 2, refund_order denied" == \
                 panel.locator("[data-rx=position]").inner_text()
             assert panel.locator("[data-rx=position]").get_attribute("aria-live") == "polite"
-            limited = [n for n, d in enumerate(datasets) if d["ending"]["stop"] == "token_limit"]
-            for number in limited:
-                panel = panels.nth(number)
-                panel.focus()
-                panel.press("End")
-                bar = panel.locator(".rx-bar.rx-over[role=meter]")
-                unsent = datasets[number]["ending"]["unsent_prompt_tokens"]
-                assert bar.get_attribute("aria-valuenow") == str(unsent)
-                box = bar.bounding_box()
-                fill = bar.locator(".rx-fill").bounding_box()
-                assert box is not None and fill is not None and fill["width"] >= box["width"] - 3
-            assert limited or chapter_has_explorers(), "the page of runs has a token_limit run"
+            wanderer = titles.index("The wanderer, stopped by the token budget")
+            data = page_runs(page)[wanderer]
+            panel = panels.nth(wanderer)
+            panel.focus()
+            panel.press("End")  # the ending: the prompt that was not sent, over budget
+            bar = panel.locator(".rx-bar.rx-over[role=meter]")
+            unsent = data["ending"]["unsent_prompt_tokens"]
+            assert bar.get_attribute("aria-valuenow") == str(unsent)
+            box, fill = bar.bounding_box(), bar.locator(".rx-fill").bounding_box()
+            assert box is not None and fill is not None and fill["width"] >= box["width"] - 3
+            panel.press("ArrowLeft")  # the last call sent: under budget, not marked over
+            last = data["steps"][-1]["prompt_tokens"]
+            bar = panel.locator(".rx-bar[role=meter]")
+            assert (bar.get_attribute("aria-valuenow"), bar.get_attribute("class")) == \
+                (str(last), "rx-bar")
+            assert last <= data["limits"]["max_prompt_tokens"] < unsent
         finally:
             browser.close()
 
@@ -528,7 +513,7 @@ def test_fallback_transcript_shows_when_scripts_are_off(rendered: Path) -> None:
         browser = playwright.chromium.launch(executable_path=chromium_path(),
                                              args=CHROMIUM_FLAGS)
         try:
-            page, _ = open_offline(browser, rendered, scripts=False)
+            page, _, _ = open_offline(browser, rendered, scripts=False)
             transcripts = page.locator("div.run-explorer > pre.run-explorer-transcript")
             assert transcripts.count() == page.locator("div.run-explorer").count() >= 1
             assert transcripts.first.is_visible()

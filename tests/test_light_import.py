@@ -27,9 +27,9 @@ def test_import_agentbook_loads_none_of_the_heavy_libraries() -> None:
 
 
 def test_the_flat_namespace_still_offers_every_public_name() -> None:
-    code = ("import json, agentbook; from agentbook import anatomy, real_models; "
-            "names = {}; exec('from agentbook import *', names); "
-            "public = [*anatomy.__all__, *real_models.__all__]; "
+    code = ("import json, agentbook; from agentbook import anatomy, real_models, "
+            "run_explorer; names = {}; exec('from agentbook import *', names); "
+            "public = [*anatomy.__all__, *real_models.__all__, *run_explorer.__all__]; "
             "print(json.dumps([len(public), [n for n in public if n not in names "
             "or names[n] is not getattr(agentbook, n)]]))")
     count, missing = fresh(code)  # type: ignore[misc]

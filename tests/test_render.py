@@ -9,9 +9,10 @@ window (scripts/measure_pages.py measures it in Chromium), so:
 
 With Quarto on PATH, the book is rendered into a temporary folder and checked: no warning,
 every page that _quarto.yml lists, no unresolved cross-reference, every figure file, the
-equations as MathML (no CDN needed). With Chromium too, every page is measured at 1280 px:
-nothing wider than its column, diagram text of at least 11 px, labels readable against their
-fills. Without Quarto or Chromium those tests skip and say why.
+equations as MathML, and no page or stylesheet that loads a script or stylesheet from the
+network. With Chromium too, every page is measured at 1280 px: nothing wider than its column,
+diagram text of at least 11 px, labels readable against their fills. Without Quarto or
+Chromium those tests skip and say why.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scripts import measure_pages
+from scripts import measure_pages, offline_pages
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_LINE = 79  # characters of code or output the text column holds at 1280 px
@@ -245,6 +246,81 @@ def test_equations_are_mathml_and_need_no_network(rendered: tuple[Path, str]) ->
     equations = [html for html in pages.values() if 'id="eq-' in html]
     assert equations and all(re.search(r'<span id="eq-[^"]+"><math display="block"', html)
                              for html in equations)
+
+
+# A script or stylesheet from the network, in a page or pulled in by a stylesheet.
+EXTERNAL_IN_PAGE = re.compile(
+    r"<script\b[^>]*\bsrc=[\"']?(?:https?:)?//[^\"'\s>]+"
+    r"|<link\b(?=[^>]*\brel=[\"']?stylesheet)[^>]*\bhref=[\"']?(?:https?:)?//[^\"'\s>]+"
+    r"|@import\s+(?:url\()?[\"']?(?:https?:)?//[^\"')\s;]+", re.IGNORECASE)
+EXTERNAL_IN_STYLESHEET = re.compile(
+    r"@import\s+(?:url\()?[\"']?(?:https?:)?//[^\"')\s;]+"
+    r"|url\(\s*[\"']?(?:https?:)?//[^\"')\s]+", re.IGNORECASE)
+
+
+def network_references(book: Path) -> list[str]:
+    """Every script or stylesheet a rendered page, or one of its stylesheets, would fetch
+    from the network (a link or an image is not fetched to show the page, so is allowed)."""
+    found = [f"{page.relative_to(book).as_posix()}: {match}"
+             for page in sorted(book.rglob("*.html"))
+             for match in EXTERNAL_IN_PAGE.findall(page.read_text(encoding="utf-8"))]
+    found += [f"{sheet.relative_to(book).as_posix()}: {match}"
+              for sheet in sorted(book.rglob("*.css"))
+              for match in EXTERNAL_IN_STYLESHEET.findall(sheet.read_text(encoding="utf-8"))]
+    return found
+
+
+def test_the_network_check_finds_external_scripts_and_stylesheets(tmp_path: Path) -> None:
+    (tmp_path / "page.html").write_text(
+        '<script src="https://cdn.example/lib.js"></script><script src="local.js"></script>'
+        '<link rel="stylesheet" href="//cdn.example/a.css"><link rel="icon" href="https://x/i">'
+        '<a href="https://example.org/">a link</a><img src="https://example.org/b.svg">',
+        encoding="utf-8")
+    (tmp_path / "site.css").write_text(
+        '@import url("https://fonts.example/css?f=1");\nbody{background:url(img.png)}',
+        encoding="utf-8")
+    assert network_references(tmp_path) == [
+        'page.html: <script src="https://cdn.example/lib.js',
+        'page.html: <link rel="stylesheet" href="//cdn.example/a.css',
+        'site.css: @import url("https://fonts.example/css?f=1']
+
+
+def test_the_post_render_step_removes_quartos_widget_scripts_and_nothing_else(
+        tmp_path: Path) -> None:
+    # The three tags as Quarto 1.7.32 writes them into a page with an HTML output.
+    page = (
+        "<head>\n"
+        '<script src="https://cdnjs.cloudflare.com/ajax/libs/jquery/3.5.1/jquery.min.js" '
+        'integrity="sha512-x" crossorigin="anonymous"></script><script src="../a.js"></script>\n'
+        "<title>t</title>\n"
+        '<script src="https://cdnjs.cloudflare.com/ajax/libs/require.js/2.3.6/require.min.js" '
+        'integrity="sha512-y" crossorigin="anonymous"></script>\n'
+        '<script src="../b.js"></script>\n'
+        "<script type=\"application/javascript\">define('jquery', [],function() "
+        "{return window.jQuery;})</script>\n"
+        "</head>\n")
+    (tmp_path / "chapters").mkdir()
+    (tmp_path / "chapters" / "one.html").write_text(page, encoding="utf-8")
+    (tmp_path / "two.html").write_text("<p>nothing to remove</p>\n", encoding="utf-8")
+    assert offline_pages.clean_book(tmp_path) == [
+        "chapters/one.html: removed 3 require.js/jQuery tags"]
+    assert (tmp_path / "chapters" / "one.html").read_text(encoding="utf-8") == (
+        '<head>\n<script src="../a.js"></script>\n<title>t</title>\n'
+        '<script src="../b.js"></script>\n</head>\n')
+    assert network_references(tmp_path) == []
+    assert offline_pages.clean_book(tmp_path) == []  # a second run changes nothing
+
+
+def test_quarto_runs_the_post_render_step() -> None:
+    config = yaml.safe_load((ROOT / "_quarto.yml").read_text(encoding="utf-8"))
+    step = config["project"]["post-render"]
+    assert step == "scripts/offline_pages.py" and (ROOT / step).is_file()
+
+
+def test_no_page_loads_a_script_or_stylesheet_from_the_network(
+        rendered: tuple[Path, str]) -> None:
+    book, _ = rendered
+    assert network_references(book) == []
 
 
 def test_every_page_fits_its_column_at_1280_px(rendered: tuple[Path, str]) -> None:
