@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import csv
 import html
-import json
+import multiprocessing
 import os
 import re
 import shutil
@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,7 +41,6 @@ SOURCE = "exercises/source/anatomy-exercises.ipynb"
 STUDENT = "exercises/anatomy-exercises.ipynb"
 FIXTURES_DIR = "tests/fixtures/submissions"
 ANSWER_TAG = "otter_answer_cell"
-SUBMISSION_TIMEOUT = 600  # seconds for one submission; a notebook that loops forever must end
 
 # Lines that mark solutions in the annotated source; a student never writes them.
 SOLUTION_MARKER = re.compile(r"^\s*#\s*(BEGIN|END) SOLUTION( NO PROMPT)?\s*$")
@@ -51,6 +50,15 @@ INLINE_SOLUTION = re.compile(r"\s+#\s*SOLUTION\s*$")
 
 class GradingError(Exception):
     """A submission could not be graded; the message says which one and why."""
+
+
+@dataclass(frozen=True)
+class Score:
+    """How one submission did on one autograded question."""
+
+    points: float
+    public_passed: bool  # whether every public test passed: the student's own feedback
+    public_messages: tuple[str, ...]  # what the failed public tests told the student
 
 
 @dataclass(frozen=True)
@@ -70,41 +78,43 @@ WRONG_ANSWERS = (
     # Forgets to pass the turn budget.
     WrongAnswer("anatomy_q1b", "no-turn-budget", "q1b-code", (
         ("allow_all, Limits(max_turns=2))", "allow_all)"),
-        )),
+    )),
     # Leaves an argument out instead of breaking the JSON.
     WrongAnswer("anatomy_q2b", "valid-json", "q2b-code", (
         ('''bad_json = {"role": "assistant", "content": None,
             "tool_calls": [{"id": "call_b2", "type": "function",
                             "function": {"name": "refund_order",
-                                         "arguments": '{"order_id": "A-17", "amount_cents": 49'}}]}''',
+                                         "arguments": '{"order_id": "A-17", "amount_cents": 49'}}]}''',  # noqa: E501
          'bad_json = tool_call_message("call_b2", "refund_order", {"order_id": "A-17"})'),
-        )),
+    )),
     # Alternates two amounts, as the chapter's model does.
     WrongAnswer("anatomy_q3a", "two-amounts", "q3a-code", (
         ("amounts = (8000, 6000, 9999)", "amounts = (9998, 9999)"),
-        )),
+    )),
     # Keys failures on the arguments.
     WrongAnswer("anatomy_q3b", "keyed-on-arguments", "q3b-code", (
         ("failure = (call.name, observation.kind, str(observation.content))",
          "failure = (call.name, observation.kind, str(call.arguments))"),
-        )),
+    )),
     # Stops one repeat too late.
     WrongAnswer("anatomy_q3b", "one-repeat-late", "q3b-code", (
         ("recent.count(failure) >= limits", "recent.count(failure) > limits"),
-        )),
+    )),
     # Gives both proposals one id.
     WrongAnswer("anatomy_q4a", "one-id", "q4a-code", (
-        ('tool_call_message("call_p2", "read_policy"', 'tool_call_message("call_p1", "read_policy"'),
-        )),
+        ('tool_call_message("call_p2", "read_policy"',
+         'tool_call_message("call_p1", "read_policy"'),
+    )),
     # Pairs by id, which is what check_run does.
     WrongAnswer("anatomy_q4b", "pairs-by-id", "q4b-code", (
         ("return list(zip(proposed, answered, strict=False))",
          "return [(call_id, call_id) for call_id in proposed if call_id in answered]"),
-        )),
+    )),
     # Gives both refunds one id.
     WrongAnswer("anatomy_q4c", "one-id", "q4c-code", (
-        ('second_refund = tool_call_message("call_r2"', 'second_refund = tool_call_message("call_r1"'),
-        )),
+        ('second_refund = tool_call_message("call_r2"',
+         'second_refund = tool_call_message("call_r1"'),
+    )),
     # Returns one shared model instead of a fresh one.
     WrongAnswer("anatomy_q5a", "shared-model", "q5a-code", (
         ("def receipt_liar() -> ScriptedModel:",
@@ -114,7 +124,7 @@ WRONG_ANSWERS = (
         "Good news - your refund of 4999 cents for order A-17 is complete. "
         "Your receipt number is RF-2024-118877."
     )])''', "    return LIAR"),
-        )),
+    )),
     # Counts any lookup anywhere in the run.
     WrongAnswer("anatomy_q5b", "any-lookup", "q5b-code", (
         ("looked_up: set[Any] = set()", "looked_up: set[Any] = set()\n    refunded = False"),
@@ -123,23 +133,24 @@ WRONG_ANSWERS = (
     return True''', '''        elif call.name == "refund_order":
             refunded = True
     return not refunded or bool(looked_up)'''),
-        )),
+    )),
     # Shares one Meter between the measurements.
     WrongAnswer("anatomy_q6a", "shared-meter", "q6a-code", (
         ("costs_q6 = []\nfor max_rounds in range(1, 7):\n    tools, _ = make_environment()\n"
          "    meter = Meter()\n",
          "costs_q6 = []\nmeter = Meter()\nfor max_rounds in range(1, 7):\n"
          "    tools, _ = make_environment()\n"),
-        )),
+    )),
     # Draws both measurements in one panel.
     WrongAnswer("anatomy_q6b", "one-panel", "q6b-code", (
-        ('tokens_ax.plot(rounds, [row["prompt_tokens"]', 'calls_ax.plot(rounds, [row["prompt_tokens"]'),
-        )),
+        ('tokens_ax.plot(rounds, [row["prompt_tokens"]',
+         'calls_ax.plot(rounds, [row["prompt_tokens"]'),
+    )),
     # Falls back to 5000 cents when the configuration has no limit.
     WrongAnswer("anatomy_q7b", "falls-back-to-5000", "q7b-code", (
         ('config.get("auto_refund_limit_cents")',
          'config.get("auto_refund_limit_cents", AUTO_REFUND_LIMIT_CENTS)'),
-        )),
+    )),
 )
 
 
@@ -150,6 +161,18 @@ def wrong_answer_name(wrong: WrongAnswer) -> str:
 
 # ---------------------------------------------------------------------------------------------
 # The fixture submissions
+
+
+def question_points(source: nbformat.NotebookNode) -> dict[str, tuple[float, bool]]:
+    """Every question of the annotated source: name -> (points, graded by hand)."""
+    import yaml
+
+    questions = {}
+    for cell in source.cells:
+        if cell.cell_type == "raw" and re.match(r"#\s*BEGIN QUESTION", cell.source):
+            config = yaml.safe_load(cell.source)
+            questions[config["name"]] = (float(config["points"]), bool(config.get("manual")))
+    return questions
 
 
 def solution_code(source: str) -> str:
@@ -226,30 +249,6 @@ def committed_fixtures(root: Path) -> dict[str, str]:
             for path in sorted(folder.glob("*.ipynb"))}
 
 
-def expected_scores(name: str, maximum: dict[str, float]) -> dict[str, float] | None:
-    """What a fixture must score: all, nothing, or less on its own question only.
-
-    For a wrong answer, its own question's entry is the most it may score (it must score
-    less); ``None`` for a name that is not a fixture.
-    """
-    if name == "correct":
-        return dict(maximum)
-    if name == "unanswered":
-        return dict.fromkeys(maximum, 0.0)
-    for wrong in WRONG_ANSWERS:
-        if wrong_answer_name(wrong) == name:
-            return dict(maximum)
-    return None
-
-
-def question_of(name: str) -> str | None:
-    """The question a wrong-answer fixture gets wrong."""
-    for wrong in WRONG_ANSWERS:
-        if wrong_answer_name(wrong) == name:
-            return wrong.question
-    return None
-
-
 # ---------------------------------------------------------------------------------------------
 # Grading
 
@@ -261,24 +260,33 @@ def docker_available() -> bool:
         [docker, "info"], capture_output=True).returncode == 0
 
 
-def grade_one(submission: Path, autograder: Path) -> dict[str, float]:
-    """One submission's score per question, from ``otter run`` against the autograder zip."""
-    with tempfile.TemporaryDirectory(prefix="agentbook-grade-") as output:
-        command = [sys.executable, "-m", "otter", "run", "--no-logo", "-a", str(autograder),
-                   "-o", output, str(submission)]
-        try:
-            completed = subprocess.run(command, capture_output=True, text=True,
-                                       timeout=SUBMISSION_TIMEOUT)
-        except subprocess.TimeoutExpired as error:
-            raise GradingError(f"{submission.name}: not graded within {SUBMISSION_TIMEOUT} s") \
-                from error
-        results = Path(output, "results.json")
-        if completed.returncode != 0 or not results.exists():
-            report = (completed.stdout + completed.stderr).strip().splitlines()[-20:]
-            raise GradingError(f"{submission.name}: otter run failed\n" + "\n".join(report))
-        tests = json.loads(results.read_text(encoding="utf-8"))["tests"]
-    return {test["name"]: float(test["score"]) for test in tests
-            if test.get("max_score") is not None}
+def grade_one(submission: Path, autograder: Path) -> dict[str, Score]:
+    """One submission's score per question, graded as ``otter run`` grades it.
+
+    ``otter.api.grade_submission`` is the programmatic form of ``otter run``: it unpacks the
+    autograder zip into a scratch folder, executes the notebook in a fresh kernel and runs
+    every test. Calling it in a long-lived worker spares each submission the seconds it
+    takes to import otter again.
+    """
+    from otter.api import grade_submission
+
+    try:
+        results = grade_submission(str(submission), str(autograder), quiet=True)
+    except Exception as error:  # otter reports a broken submission by raising anything
+        raise GradingError(f"{submission.name}: otter could not grade it: {error}") from error
+    if results.has_catastrophic_failure():
+        raise GradingError(f"{submission.name}: {results.catastrophic_error}")
+    # Otter splits a question's points evenly between its tests, so sums come out as
+    # 2.9999999999999996; six decimals is more than any score needs.
+    return {name: Score(round(float(result.score), 6), result.passed_all_public,
+                        tuple(str(case.message) for case in result.test_case_results
+                              if not case.passed and not case.test_case.hidden))
+            for name, result in results.results.items()}
+
+
+def start_worker() -> None:
+    """Import otter once per worker process, before the first submission arrives."""
+    import otter.api  # noqa: F401
 
 
 def progress_bar(done: int, total: int, width: int = 30) -> str:
@@ -287,10 +295,14 @@ def progress_bar(done: int, total: int, width: int = 30) -> str:
 
 
 def grade_in_pool(submissions: list[Path], autograder: Path, workers: int,
-                  show: Callable[[str], None] | None = None) -> dict[str, dict[str, float]]:
-    """Grade submissions in parallel, each in its own ``otter run`` process; by file stem."""
-    scores: dict[str, dict[str, float]] = {}
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+                  show: Callable[[str], None] | None = None) -> dict[str, dict[str, Score]]:
+    """Grade submissions in parallel worker processes, one at a time each; by file stem."""
+    scores: dict[str, dict[str, Score]] = {}
+    # Spawned, not forked: a fork of a process that holds kernel connections can inherit
+    # their sockets, and otter's kernels must start clean.
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=spawn,
+                             initializer=start_worker) as pool:
         futures = {pool.submit(grade_one, path, autograder): path for path in submissions}
         for done, future in enumerate(as_completed(futures), 1):
             scores[futures[future].stem] = future.result()
@@ -299,7 +311,8 @@ def grade_in_pool(submissions: list[Path], autograder: Path, workers: int,
     return {name: scores[name] for name in sorted(scores)}
 
 
-def grade_in_containers(folder: Path, autograder: Path, workers: int) -> dict[str, dict[str, float]]:
+def grade_in_containers(folder: Path, autograder: Path,
+                        workers: int) -> dict[str, dict[str, float]]:
     """Grade a folder with ``otter grade``, in Docker containers, and read its CSV."""
     with tempfile.TemporaryDirectory(prefix="agentbook-grade-") as output:
         command = [sys.executable, "-m", "otter", "grade", "-a", str(autograder), "-o", output,
@@ -329,7 +342,7 @@ def write_scores(path: Path, scores: dict[str, dict[str, float]]) -> None:
         table.writerow(["submission", *questions, "total"])
         for name, row in scores.items():
             points = [row.get(question, 0.0) for question in questions]
-            table.writerow([name, *[f"{value:g}" for value in points], f"{sum(points):g}"])
+            table.writerow([name, *[f"{value:.2f}" for value in points], f"{sum(points):.2f}"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -425,10 +438,12 @@ def class_command(args: argparse.Namespace) -> int:
         if use_docker:
             scores = grade_in_containers(folder, autograder, args.workers)
         else:
-            scores = grade_in_pool(submissions, autograder, args.workers,
+            graded = grade_in_pool(submissions, autograder, args.workers,
                                    show=lambda line: print(line, end="", file=sys.stderr,
                                                            flush=True))
             print(file=sys.stderr)
+            scores = {name: {question: score.points for question, score in row.items()}
+                      for name, row in graded.items()}
     write_scores(args.output, scores)
     args.answers.write_text(answers_page(submissions), encoding="utf-8")
     print(f"wrote {args.output} and {args.answers}")
