@@ -304,3 +304,27 @@ def test_grader_is_created_without_a_notebook_path() -> None:
     assert "grader = otter.Notebook()" in code[3]
     assert all("import agentbook" not in cell and "from agentbook" not in cell
                for cell in code[:4])
+
+
+def test_every_public_assert_says_what_was_expected_and_what_was_found() -> None:
+    # A message that shows a value found ("{...}") must also say what was expected of it.
+    unclear = []
+    for name, text in public_test_files().items():
+        for test in [node for node in ast.parse(text).body if isinstance(node, ast.FunctionDef)]:
+            assert ast.get_docstring(test), f"{name}: {test.name} needs a docstring"
+            for node in ast.walk(test):
+                if isinstance(node, ast.Assert):
+                    message = ast.unparse(node.msg) if node.msg else ""
+                    if not ("not answered yet" in message or (
+                            "expected" in message and ("found" in message or "{" not in message))):
+                        unclear.append(f"{name}: {test.name}: {message or 'no message'}")
+    assert not unclear, "\n".join(unclear)
+
+
+def test_every_public_test_notices_an_unanswered_question_first() -> None:
+    # The student version leaves `...` (or a function returning None) where an answer goes;
+    # its first failing assert must say so rather than surface an internal error.
+    for name, text in public_test_files().items():
+        tests = [node for node in ast.parse(text).body if isinstance(node, ast.FunctionDef)]
+        said = [test.name for test in tests if "not answered yet" in ast.unparse(test)]
+        assert said, f"{name}: no public test says 'not answered yet'"

@@ -244,21 +244,22 @@ def test_a_downloaded_copy_checks_its_answers_without_the_repository(
 
 def test_the_hand_in_cell_exports_the_written_answers_for_a_grader(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import otter
+
     shutil.copy(FIXTURES / "correct.ipynb", tmp_path / STUDENT.name)
+    shutil.copytree(PUBLIC_TESTS, tmp_path / "tests")
     monkeypatch.chdir(tmp_path)
-    exported: dict[str, Any] = {}
-
-    class Grader:
-        def export(self, notebook: str, **options: Any) -> None:
-            exported.update(options, notebook=notebook)
-
-    exec(code_cell(STUDENT, "export"), {"sys": sys, "os": os, "grader": Grader()})
-    assert exported["notebook"] == STUDENT.name
-    [page] = exported["files"]
-    text = (tmp_path / page).read_text(encoding="utf-8")
+    exec(code_cell(STUDENT, "export"), {"sys": sys, "os": os, "grader": otter.Notebook()})
+    [export] = list(tmp_path.glob("*.zip"))
+    with zipfile.ZipFile(export) as archive:
+        names = archive.namelist()
+        [page] = [name for name in names if name.endswith(".html")]
+        text = archive.read(page).decode("utf-8")
+    assert STUDENT.name in names
     answers = model_answers(nbformat.read(SOURCE, as_version=4))
-    assert len(answers) == sum(manual for _, manual in question_points(
-        nbformat.read(SOURCE, as_version=4)).values())
+    manual = [name for name, (_, is_manual) in question_points(
+        nbformat.read(SOURCE, as_version=4)).items() if is_manual]
+    assert len(answers) == len(manual)
     for answer in answers.values():
         words = re.findall(r"[A-Za-z]+(?: [A-Za-z]+){4}", answer.replace("Model answer", ""))
         assert words and words[0] in text, f"missing from the page: {words[:1]}"
