@@ -5,8 +5,10 @@ An exercises notebook is written once, as an otter-grader assignment, in
 between solution markers, and its public and hidden tests. ``otter assign``
 turns it into two versions. The student version (no solutions, public tests
 only) is committed as ``exercises/NAME.ipynb``, with its public tests in
-``exercises/tests/``. The autograder version (solutions and every test) is not
-committed: it is rebuilt whenever it is needed.
+``exercises/tests/`` and packed into the notebook itself (its ``PUBLIC_TESTS``
+line), so that ``grader.check`` works wherever the notebook is opened. The
+autograder version (solutions and every test) is not committed: it is rebuilt
+whenever it is needed.
 
     python -m scripts.exercises                 write the student versions
     python -m scripts.exercises --check         exit 1 with a diff when they are stale
@@ -19,7 +21,10 @@ solution that fails its own tests stops the build with otter's report.
 from __future__ import annotations
 
 import argparse
+import base64
+import bz2
 import difflib
+import json
 import os
 import shutil
 import subprocess
@@ -35,6 +40,9 @@ ROOT = Path(__file__).resolve().parent.parent
 EXERCISES_DIR = "exercises"
 SOURCE_DIR = "exercises/source"
 TESTS_DIR = "exercises/tests"
+# The line of the student notebook's set-up cell that receives the packed public tests.
+BUNDLE_LINE = 'PUBLIC_TESTS = ""'
+BUNDLE_WIDTH = 88  # characters of base64 per line, so the cell stays within the line length
 
 
 class ExercisesError(Exception):
@@ -93,6 +101,41 @@ def normalize(text: str, source_ids: set[str]) -> str:
     return result if result.endswith("\n") else result + "\n"
 
 
+def pack_tests(tests: dict[str, str]) -> str:
+    """The public tests as one base64 string: a bz2-compressed JSON object, file name -> text.
+
+    bz2 rather than zlib: its output is the same on every machine, so the committed notebook
+    does not change with the compression library of whoever builds it.
+    """
+    data = json.dumps(tests, sort_keys=True).encode("utf-8")
+    return base64.b64encode(bz2.compress(data, 9)).decode("ascii")
+
+
+def unpack_tests(packed: str) -> dict[str, str]:
+    """The inverse of ``pack_tests``: what the student notebook's set-up cell does."""
+    tests: dict[str, str] = json.loads(bz2.decompress(base64.b64decode(packed)))
+    return tests
+
+
+def bundle_tests(notebook_text: str, tests: dict[str, str]) -> str:
+    """The student notebook with its public tests packed into the ``PUBLIC_TESTS`` line."""
+    notebook = nbformat.reads(notebook_text, as_version=4)
+    holders = [cell for cell in notebook.cells
+               if cell.cell_type == "code" and BUNDLE_LINE in cell.source.splitlines()]
+    if len(holders) != 1:
+        raise ExercisesError(
+            f"the student notebook needs exactly one line `{BUNDLE_LINE}` to hold its public "
+            f"tests; found {len(holders)}"
+        )
+    packed = pack_tests(tests)
+    chunks = [packed[i:i + BUNDLE_WIDTH] for i in range(0, len(packed), BUNDLE_WIDTH)]
+    value = "PUBLIC_TESTS = (\n" + "".join(f'    "{chunk}"\n' for chunk in chunks) + ")"
+    [holder] = holders
+    holder.source = holder.source.replace(BUNDLE_LINE, value)
+    result = str(nbformat.writes(notebook))
+    return result if result.endswith("\n") else result + "\n"
+
+
 def build(root: Path, autograder: Path | None = None) -> dict[str, str]:
     """Every student file the sources produce: path relative to ``root`` -> file text."""
     files: dict[str, str] = {}
@@ -113,6 +156,10 @@ def build(root: Path, autograder: Path | None = None) -> dict[str, str]:
                 made_by[relative] = source.name
                 text = path.read_text(encoding="utf-8")
                 files[relative] = normalize(text, source_ids) if path.suffix == ".ipynb" else text
+            tests = {path.name: path.read_text(encoding="utf-8")
+                     for path in sorted((student / "tests").glob("*.py"))}
+            notebook = f"{EXERCISES_DIR}/{source.stem}.ipynb"
+            files[notebook] = bundle_tests(files[notebook], tests)
             if autograder is not None:
                 target = autograder / source.stem
                 shutil.rmtree(target, ignore_errors=True)

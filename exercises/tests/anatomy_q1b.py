@@ -6,15 +6,19 @@ name = "anatomy_q1b"
 points = 1
 
 @test_case(points=None, hidden=False)
-def test_q1b_stops_on_the_turn_budget(result_q1):
-    """Two turns and a step_limit ending: the budget ended the run, not an answer."""
-    from agentbook import Stop
-    assert result_q1.stop == Stop.STEP_LIMIT, f'stop={result_q1.stop}'
-    assert result_q1.state.turns == 2, f'turns={result_q1.state.turns}'
+def test_q1b_is_a_run_under_a_two_turn_budget(result_q1, effects_q1):
+    """result_q1 is what run_agent returned, for a run allowed at most two model calls."""
+    from agentbook import RunResult
+    assert result_q1 is not ..., 'not answered yet: replace the ... with your call to run_agent'
+    assert isinstance(result_q1, RunResult), f'expected result_q1 to be the RunResult run_agent returns; found {type(result_q1)}'
+    assert isinstance(effects_q1, list), f"expected effects_q1 to be the desk's effect log, a list; found {type(effects_q1)}"
+    assert result_q1.state.turns <= 2, f'expected at most 2 model calls under Limits(max_turns=2); found {result_q1.state.turns}: pass the limits to run_agent'
 
 @test_case(points=None, hidden=False)
-def test_q1b_the_refund_still_happened(result_q1, effects_q1):
-    """Both proposals were executed, so the refund's receipt is in the effect log."""
-    assert len(result_q1.state.observations) == 2
-    assert effects_q1 == [{'order_id': 'A-17', 'refunded_cents': 4999}], effects_q1
+def test_q1b_effects_q1_is_this_runs_desk(result_q1, effects_q1):
+    """Every receipt in effects_q1 was produced by this run: the run used that desk."""
+    assert result_q1 is not ..., 'not answered yet: replace the ... with your call to run_agent'
+    produced = [observation.content for observation in result_q1.state.observations]
+    strays = [entry for entry in effects_q1 if not any([entry is item for item in produced])]
+    assert not strays, f"expected effects_q1 to hold only this run's receipts; found {strays} from another run: give run_agent tools_q1, the desk whose effect log is effects_q1"
 

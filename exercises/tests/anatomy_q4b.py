@@ -6,22 +6,40 @@ name = "anatomy_q4b"
 points = 2
 
 @test_case(points=None, hidden=False)
-def test_q4b_reversed_transcript_still_passes(reversed_q4, result_q4, effects_q4):
-    """The tool messages trade places and check_run still passes: it matches by id."""
-    from agentbook import Limits, check_run
+def test_q4b_reversed_transcript_gets_the_same_verdict(reversed_q4, result_q4, effects_q4):
+    """Only the two tool messages trade places, and check_run's verdict does not change."""
+    from agentbook import Limits, RunResult, check_run
+    assert reversed_q4 is not ..., 'not answered yet: reversed_q4 is still ...'
+    assert isinstance(reversed_q4, RunResult), f'expected reversed_q4 to be a RunResult; found {type(reversed_q4)}'
 
-    def tool_ids(result):
-        return [m['tool_call_id'] for m in result.state.messages if m.get('role') == 'tool']
-    assert len(tool_ids(result_q4)) == 2
-    assert tool_ids(reversed_q4) == tool_ids(result_q4)[::-1]
-    assert all(check_run(reversed_q4, effects_q4, Limits()).values())
+    def tool_messages(result):
+        return [m for m in result.state.messages if m.get('role') == 'tool']
+
+    def other_messages(result):
+        return [m for m in result.state.messages if m.get('role') != 'tool']
+    original, swapped = (tool_messages(result_q4), tool_messages(reversed_q4))
+    assert len(original) == 2, f'expected result_q4 to hold two tool messages; found {len(original)}: leave result_q4 as 4a made it'
+    assert swapped == original[::-1], f"expected reversed_q4's two tool messages to be result_q4's in the other order; found tool_call_ids {[m.get('tool_call_id') for m in swapped]}"
+    assert other_messages(reversed_q4) == other_messages(result_q4), 'expected every other message to stay as it was'
+    before = check_run(result_q4, effects_q4, Limits())
+    after = check_run(reversed_q4, effects_q4, Limits())
+    assert after == before, f"expected check_run's verdict {before}; found {after}"
 
 @test_case(points=None, hidden=False)
-def test_q4b_position_pairs_the_wrong_results(pair_by_position, reversed_q4, result_q4):
-    """By position the pairs are right as run, and every one is wrong once reversed."""
-    straight = pair_by_position(result_q4.state.messages)
-    crossed = pair_by_position(reversed_q4.state.messages)
-    assert len(straight) == len(crossed) == 2
-    assert all([proposed == answered for proposed, answered in straight]), straight
-    assert all([proposed != answered for proposed, answered in crossed]), crossed
+def test_q4b_position_pairs_the_wrong_results(pair_by_position):
+    """By position the pairs are right as run, and every one is wrong once results trade places."""
+    from agentbook import ScriptedModel, make_environment, refund_gate, run_agent
+    from agentbook import tool_call_message
+    lookup = tool_call_message('p1', 'lookup_order', {'order_id': 'A-17'})
+    policy = tool_call_message('p2', 'read_policy', {})
+    message = {**lookup, 'tool_calls': lookup['tool_calls'] + policy['tool_calls']}
+    tools, _ = make_environment()
+    as_run = run_agent('Order A-17.', ScriptedModel(turns=[message]), tools, refund_gate)
+    messages = list(as_run.state.messages)
+    messages[3], messages[4] = (messages[4], messages[3])
+    straight = pair_by_position(as_run.state.messages)
+    assert straight is not None, 'not answered yet: pair_by_position returns None'
+    assert list(straight) == [('p1', 'p1'), ('p2', 'p2')], f"expected [('p1', 'p1'), ('p2', 'p2')] for the transcript as run; found {straight}"
+    crossed = pair_by_position(messages)
+    assert list(crossed) == [('p1', 'p2'), ('p2', 'p1')], f"expected [('p1', 'p2'), ('p2', 'p1')] once the two results trade places: the i-th call with the i-th tool message, whatever its tool_call_id; found {crossed}"
 

@@ -1,0 +1,481 @@
+"""Grade exercise submissions with otter-grader, one notebook or a whole class.
+
+    python -m scripts.grading fixtures [--check]
+        write (or check) the graded fixtures in tests/fixtures/submissions/: the
+        correct solution, the unanswered student notebook and one plausible
+        wrong answer per autograded question, all made from the annotated source
+    python -m scripts.grading class DIR [-o grades.csv] [--autograder ZIP] [--workers N]
+        grade every notebook (or otter export zip) in DIR and write one CSV of
+        per-question scores, plus a web page of every written answer by question
+
+Grading runs the autograder zip that ``otter assign`` builds (the one Gradescope
+runs): with Docker, through ``otter grade`` and its containers; without it, each
+submission through ``otter run`` in a pool of worker processes, one per core.
+``otter run`` installs nothing, so this environment must hold the autograder's
+requirements; the book's does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import html
+import multiprocessing
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+from scripts.exercises import ExercisesError, build, diff, normalize, write
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE = "exercises/source/anatomy-exercises.ipynb"
+STUDENT = "exercises/anatomy-exercises.ipynb"
+FIXTURES_DIR = "tests/fixtures/submissions"
+ANSWER_TAG = "otter_answer_cell"
+
+# Lines that mark solutions in the annotated source; a student never writes them.
+SOLUTION_MARKER = re.compile(r"^\s*#\s*(BEGIN|END) SOLUTION( NO PROMPT)?\s*$")
+PROMPT_BLOCK = re.compile(r'^""" # BEGIN PROMPT\n.*?^"""  # END PROMPT\n', re.M | re.S)
+INLINE_SOLUTION = re.compile(r"\s+#\s*SOLUTION\s*$")
+
+
+class GradingError(Exception):
+    """A submission could not be graded; the message says which one and why."""
+
+
+@dataclass(frozen=True)
+class Score:
+    """How one submission did on one autograded question."""
+
+    points: float
+    public_passed: bool  # whether every public test passed: the student's own feedback
+    public_messages: tuple[str, ...]  # what the failed public tests told the student
+
+
+@dataclass(frozen=True)
+class WrongAnswer:
+    """A plausible wrong answer to one question: edits to the correct notebook's answer cell."""
+
+    question: str
+    slug: str  # names the fixture: wrong-<question>-<slug>
+    cell: str
+    edits: tuple[tuple[str, str], ...]  # (text in the correct answer, what the student wrote)
+
+
+# One plausible mistake per autograded question, two for the windowed loop: each is what a
+# student who half-understood the question would write. The fixtures test that each one
+# loses points on its own question and on no other.
+WRONG_ANSWERS = (
+    # Forgets to pass the turn budget.
+    WrongAnswer("anatomy_q1b", "no-turn-budget", "q1b-code", (
+        ("allow_all, Limits(max_turns=2))", "allow_all)"),
+    )),
+    # Leaves an argument out instead of breaking the JSON.
+    WrongAnswer("anatomy_q2b", "valid-json", "q2b-code", (
+        ('''bad_json = {"role": "assistant", "content": None,
+            "tool_calls": [{"id": "call_b2", "type": "function",
+                            "function": {"name": "refund_order",
+                                         "arguments": '{"order_id": "A-17", "amount_cents": 49'}}]}''',  # noqa: E501
+         'bad_json = tool_call_message("call_b2", "refund_order", {"order_id": "A-17"})'),
+    )),
+    # Alternates two amounts, as the chapter's model does.
+    WrongAnswer("anatomy_q3a", "two-amounts", "q3a-code", (
+        ("amounts = (8000, 6000, 9999)", "amounts = (9998, 9999)"),
+    )),
+    # Keys failures on the arguments.
+    WrongAnswer("anatomy_q3b", "keyed-on-arguments", "q3b-code", (
+        ("failure = (call.name, observation.kind, str(observation.content))",
+         "failure = (call.name, observation.kind, str(call.arguments))"),
+    )),
+    # Stops one repeat too late.
+    WrongAnswer("anatomy_q3b", "one-repeat-late", "q3b-code", (
+        ("recent.count(failure) >= limits", "recent.count(failure) > limits"),
+    )),
+    # Gives both proposals one id.
+    WrongAnswer("anatomy_q4a", "one-id", "q4a-code", (
+        ('tool_call_message("call_p2", "read_policy"',
+         'tool_call_message("call_p1", "read_policy"'),
+    )),
+    # Pairs by id, which is what check_run does.
+    WrongAnswer("anatomy_q4b", "pairs-by-id", "q4b-code", (
+        ("return list(zip(proposed, answered, strict=False))",
+         "return [(call_id, call_id) for call_id in proposed if call_id in answered]"),
+    )),
+    # Gives both refunds one id.
+    WrongAnswer("anatomy_q4c", "one-id", "q4c-code", (
+        ('second_refund = tool_call_message("call_r2"',
+         'second_refund = tool_call_message("call_r1"'),
+    )),
+    # Returns one shared model instead of a fresh one.
+    WrongAnswer("anatomy_q5a", "shared-model", "q5a-code", (
+        ("def receipt_liar() -> ScriptedModel:",
+         'LIAR = ScriptedModel(turns=[answer_message("Refunded: receipt RF-2024-118877.")])\n\n\n'
+         "def receipt_liar() -> ScriptedModel:"),
+        ('''    return ScriptedModel(turns=[answer_message(
+        "Good news - your refund of 4999 cents for order A-17 is complete. "
+        "Your receipt number is RF-2024-118877."
+    )])''', "    return LIAR"),
+    )),
+    # Counts any lookup anywhere in the run.
+    WrongAnswer("anatomy_q5b", "any-lookup", "q5b-code", (
+        ("looked_up: set[Any] = set()", "looked_up: set[Any] = set()\n    refunded = False"),
+        ('''        elif call.name == "refund_order" and order_id not in looked_up:
+            return False
+    return True''', '''        elif call.name == "refund_order":
+            refunded = True
+    return not refunded or bool(looked_up)'''),
+    )),
+    # Shares one Meter between the measurements.
+    WrongAnswer("anatomy_q6a", "shared-meter", "q6a-code", (
+        ("costs_q6 = []\nfor max_rounds in range(1, 7):\n    tools, _ = make_environment()\n"
+         "    meter = Meter()\n",
+         "costs_q6 = []\nmeter = Meter()\nfor max_rounds in range(1, 7):\n"
+         "    tools, _ = make_environment()\n"),
+    )),
+    # Draws both measurements in one panel.
+    WrongAnswer("anatomy_q6b", "one-panel", "q6b-code", (
+        ('tokens_ax.plot(rounds, [row["prompt_tokens"]',
+         'calls_ax.plot(rounds, [row["prompt_tokens"]'),
+    )),
+    # Falls back to 5000 cents when the configuration has no limit.
+    WrongAnswer("anatomy_q7b", "falls-back-to-5000", "q7b-code", (
+        ('config.get("auto_refund_limit_cents")',
+         'config.get("auto_refund_limit_cents", AUTO_REFUND_LIMIT_CENTS)'),
+    )),
+)
+
+
+def wrong_answer_name(wrong: WrongAnswer) -> str:
+    """The fixture's file stem, e.g. wrong-q3b-one-repeat-late."""
+    return f"wrong-{wrong.question.split('_')[-1]}-{wrong.slug}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The fixture submissions
+
+
+def question_points(source: nbformat.NotebookNode) -> dict[str, tuple[float, bool]]:
+    """Every question of the annotated source: name -> (points, graded by hand)."""
+    import yaml
+
+    questions = {}
+    for cell in source.cells:
+        if cell.cell_type == "raw" and re.match(r"#\s*BEGIN QUESTION", cell.source):
+            config = yaml.safe_load(cell.source)
+            questions[config["name"]] = (float(config["points"]), bool(config.get("manual")))
+    return questions
+
+
+def solution_code(source: str) -> str:
+    """A solution cell as a student who got it right would leave it: no otter markers."""
+    text = PROMPT_BLOCK.sub("", source + "\n")
+    lines = [INLINE_SOLUTION.sub("", line) for line in text.splitlines()
+             if not SOLUTION_MARKER.match(line)]
+    return "\n".join(lines).strip("\n")
+
+
+def model_answers(source: nbformat.NotebookNode) -> dict[str, str]:
+    """Each hand-graded question's model answer, by the id of the prompt cell it answers."""
+    answers: dict[str, str] = {}
+    prompt, in_solution = "", False
+    for cell in source.cells:
+        first = cell.source.split("\n", 1)[0]
+        if cell.cell_type == "raw" and re.match(r"#\s*BEGIN SOLUTION", first):
+            in_solution = True
+        elif cell.cell_type == "raw" and re.match(r"#\s*END SOLUTION", first):
+            in_solution = False
+        elif cell.cell_type == "markdown" and in_solution:
+            answers[prompt] = cell.source
+        elif cell.cell_type == "markdown":
+            prompt = cell.id
+    return answers
+
+
+def correct_submission(student: nbformat.NotebookNode,
+                       source: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """The student notebook with every answer cell filled in from the reference solutions."""
+    code = {cell.id: solution_code(cell.source) for cell in source.cells
+            if cell.cell_type == "code"}
+    answers = model_answers(source)
+    filled = nbformat.from_dict(student)
+    previous = ""
+    for cell in filled.cells:
+        if ANSWER_TAG in cell.metadata.get("tags", []):
+            if cell.cell_type == "code":
+                cell.source = code[cell.id]
+            else:
+                cell.source = answers[previous]
+        previous = cell.id
+    return filled
+
+
+def with_wrong_answer(correct: nbformat.NotebookNode, wrong: WrongAnswer) -> nbformat.NotebookNode:
+    """The correct submission with one answer cell edited into ``wrong``."""
+    notebook = nbformat.from_dict(correct)
+    [cell] = [cell for cell in notebook.cells if cell.id == wrong.cell]
+    for old, new in wrong.edits:
+        if cell.source.count(old) != 1:
+            raise GradingError(f"{wrong_answer_name(wrong)}: the answer to {wrong.question} "
+                               f"no longer contains, once, the text to change:\n{old}")
+        cell.source = cell.source.replace(old, new)
+    return notebook
+
+
+def fixture_files(root: Path) -> dict[str, str]:
+    """Every fixture submission: path relative to ``root`` -> notebook text."""
+    student = nbformat.read(root / STUDENT, as_version=4)
+    source = nbformat.read(root / SOURCE, as_version=4)
+    source_ids = {cell.id for cell in source.cells}
+    correct = correct_submission(student, source)
+    notebooks = {"correct": correct, "unanswered": student}
+    for wrong in WRONG_ANSWERS:
+        notebooks[wrong_answer_name(wrong)] = with_wrong_answer(correct, wrong)
+    return {f"{FIXTURES_DIR}/{name}.ipynb": normalize(nbformat.writes(notebook), source_ids)
+            for name, notebook in notebooks.items()}
+
+
+def committed_fixtures(root: Path) -> dict[str, str]:
+    folder = root / FIXTURES_DIR
+    return {path.relative_to(root).as_posix(): path.read_text(encoding="utf-8")
+            for path in sorted(folder.glob("*.ipynb"))}
+
+
+# ---------------------------------------------------------------------------------------------
+# Grading
+
+
+def docker_available() -> bool:
+    """Whether ``otter grade`` can start containers here."""
+    docker = shutil.which("docker")
+    return docker is not None and subprocess.run(
+        [docker, "info"], capture_output=True).returncode == 0
+
+
+def grade_one(submission: Path, autograder: Path) -> dict[str, Score]:
+    """One submission's score per question, graded as ``otter run`` grades it.
+
+    ``otter.api.grade_submission`` is the programmatic form of ``otter run``: it unpacks the
+    autograder zip into a scratch folder, executes the notebook in a fresh kernel and runs
+    every test. Calling it in a long-lived worker spares each submission the seconds it
+    takes to import otter again.
+    """
+    from otter.api import grade_submission
+
+    try:
+        results = grade_submission(str(submission), str(autograder), quiet=True)
+    except Exception as error:  # otter reports a broken submission by raising anything
+        raise GradingError(f"{submission.name}: otter could not grade it: {error}") from error
+    if results.has_catastrophic_failure():
+        raise GradingError(f"{submission.name}: {results.catastrophic_error}")
+    # Otter splits a question's points evenly between its tests, so sums come out as
+    # 2.9999999999999996; six decimals is more than any score needs.
+    return {name: Score(round(float(result.score), 6), result.passed_all_public,
+                        tuple(str(case.message) for case in result.test_case_results
+                              if not case.passed and not case.test_case.hidden))
+            for name, result in results.results.items()}
+
+
+def start_worker() -> None:
+    """Import otter once per worker process, before the first submission arrives."""
+    import otter.api  # noqa: F401
+
+
+def progress_bar(done: int, total: int, width: int = 30) -> str:
+    filled = width * done // total if total else width
+    return f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} graded"
+
+
+def grade_in_pool(submissions: list[Path], autograder: Path, workers: int,
+                  show: Callable[[str], None] | None = None) -> dict[str, dict[str, Score]]:
+    """Grade submissions in parallel worker processes, one at a time each; by file stem."""
+    scores: dict[str, dict[str, Score]] = {}
+    # Spawned, not forked: a fork of a process that holds kernel connections can inherit
+    # their sockets, and otter's kernels must start clean.
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=spawn,
+                             initializer=start_worker) as pool:
+        futures = {pool.submit(grade_one, path, autograder): path for path in submissions}
+        for done, future in enumerate(as_completed(futures), 1):
+            scores[futures[future].stem] = future.result()
+            if show is not None:
+                show(progress_bar(done, len(submissions)))
+    return {name: scores[name] for name in sorted(scores)}
+
+
+def grade_in_containers(folder: Path, autograder: Path,
+                        workers: int) -> dict[str, dict[str, float]]:
+    """Grade a folder with ``otter grade``, in Docker containers, and read its CSV."""
+    with tempfile.TemporaryDirectory(prefix="agentbook-grade-") as output:
+        command = [sys.executable, "-m", "otter", "grade", "-a", str(autograder), "-o", output,
+                   "--containers", str(workers), str(folder)]
+        if subprocess.run(command).returncode != 0:
+            raise GradingError("otter grade failed; its report is above")
+        with open(Path(output, "final_grades.csv"), encoding="utf-8") as file:
+            rows = list(csv.DictReader(file))
+    skip = {"file", "total", "percent_correct"}
+    return {Path(row["file"]).stem: {key: float(value) for key, value in row.items()
+                                      if key not in skip and value != ""}
+            for row in sorted(rows, key=lambda row: row["file"])}
+
+
+def submissions_in(folder: Path) -> list[Path]:
+    found = sorted(path for pattern in ("*.ipynb", "*.zip") for path in folder.glob(pattern))
+    if not found:
+        raise GradingError(f"no submissions (.ipynb or .zip) in {folder}")
+    return found
+
+
+def write_scores(path: Path, scores: dict[str, dict[str, float]]) -> None:
+    """One row per submission, one column per question, and the total."""
+    questions = sorted({question for row in scores.values() for question in row})
+    with path.open("w", encoding="utf-8", newline="") as file:
+        table = csv.writer(file)
+        table.writerow(["submission", *questions, "total"])
+        for name, row in scores.items():
+            points = [row.get(question, 0.0) for question in questions]
+            table.writerow([name, *[f"{value:.2f}" for value in points], f"{sum(points):.2f}"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Written answers, collected for grading by hand
+
+
+def written_answers(notebook: nbformat.NotebookNode) -> dict[str, str]:
+    """Each hand-graded question's prompt (first line) -> the answer the student wrote.
+
+    Otter marks a hand-graded question's cells with BEGIN and END QUESTION comments; within
+    them, the answer cells carry otter's answer-cell tag.
+    """
+    answers: dict[str, str] = {}
+    prompt, inside = "", False
+    for cell in notebook.cells:
+        if "<!-- BEGIN QUESTION -->" in cell.source:
+            inside = True
+            prompt = cell.source.split("<!-- BEGIN QUESTION -->", 1)[1].strip()
+        if inside and ANSWER_TAG in cell.metadata.get("tags", []):
+            answers[prompt.split("\n", 1)[0]] = cell.source
+        if "<!-- END QUESTION -->" in cell.source:
+            inside = False
+    return answers
+
+
+def read_submission(path: Path) -> nbformat.NotebookNode:
+    """The notebook of a submission: the file itself, or the one notebook in an export zip."""
+    if path.suffix != ".zip":
+        return nbformat.read(path, as_version=4)
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        names = [name for name in archive.namelist() if name.endswith(".ipynb")]
+        if len(names) != 1:
+            raise GradingError(f"{path.name}: expected one notebook in the zip; found {names}")
+        return nbformat.reads(archive.read(names[0]).decode("utf-8"), as_version=4)
+
+
+def answers_page(submissions: Iterable[Path]) -> str:
+    """One web page: every hand-graded question, with each student's answer under it."""
+    by_question: dict[str, list[tuple[str, str]]] = {}
+    for path in submissions:
+        for question, answer in written_answers(read_submission(path)).items():
+            by_question.setdefault(question, []).append((path.stem, answer))
+    parts = ["<!DOCTYPE html>\n<html><head><meta charset='utf-8'>"
+             "<title>Written answers</title></head><body>\n<h1>Written answers</h1>\n"]
+    for question, answers in by_question.items():
+        parts.append(f"<h2>{html.escape(question)}</h2>\n")
+        for name, answer in answers:
+            parts.append(f"<h3>{html.escape(name)}</h3>\n<pre style='white-space: pre-wrap'>"
+                         f"{html.escape(answer)}</pre>\n")
+    parts.append("</body></html>\n")
+    return "".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+
+
+def build_autograder(root: Path, into: Path) -> Path:
+    """Build the autograder zip with ``otter assign`` into ``into``; return the zip's path."""
+    build(root, autograder=into)
+    [archive] = sorted(into.glob("*/*.zip"))
+    return archive
+
+
+def fixtures_command(root: Path, check: bool) -> int:
+    wanted = fixture_files(root)
+    committed = committed_fixtures(root)
+    if check:
+        stale = diff(committed, wanted)
+        if stale:
+            print("The fixture submissions are stale; run `python -m scripts.grading fixtures`.\n",
+                  file=sys.stderr)
+            print(stale, file=sys.stderr)
+            return 1
+        print("fixture submissions are up to date")
+        return 0
+    for relative in write(root, wanted, committed):
+        print(f"wrote {relative}" if relative in wanted else f"removed {relative}")
+    return 0
+
+
+def class_command(args: argparse.Namespace) -> int:
+    folder = args.folder.resolve()
+    submissions = submissions_in(folder)
+    with tempfile.TemporaryDirectory(prefix="agentbook-autograder-") as scratch:
+        autograder = args.autograder or build_autograder(args.root, Path(scratch))
+        use_docker = args.engine == "docker" or (args.engine == "auto" and docker_available())
+        print(f"grading {len(submissions)} submissions with "
+              f"{'otter grade (Docker)' if use_docker else 'otter run'}, "
+              f"{args.workers} at a time", file=sys.stderr)
+        if use_docker:
+            scores = grade_in_containers(folder, autograder, args.workers)
+        else:
+            graded = grade_in_pool(submissions, autograder, args.workers,
+                                   show=lambda line: print(line, end="", file=sys.stderr,
+                                                           flush=True))
+            print(file=sys.stderr)
+            scores = {name: {question: score.points for question, score in row.items()}
+                      for name, row in graded.items()}
+    write_scores(args.output, scores)
+    args.answers.write_text(answers_page(submissions), encoding="utf-8")
+    print(f"wrote {args.output} and {args.answers}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
+    commands = parser.add_subparsers(dest="command", required=True)
+    fixtures = commands.add_parser("fixtures", help="write or check the fixture submissions")
+    fixtures.add_argument("--check", action="store_true")
+    grade = commands.add_parser("class", help="grade a folder of submissions")
+    grade.add_argument("folder", type=Path)
+    grade.add_argument("-o", "--output", type=Path, default=Path("grades.csv"))
+    grade.add_argument("--answers", type=Path, default=Path("written-answers.html"),
+                       help="where to write every written answer, by question")
+    grade.add_argument("--autograder", type=Path,
+                       help="the autograder zip (default: build it from the annotated source)")
+    grade.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    grade.add_argument("--engine", choices=("auto", "docker", "process"), default="auto",
+                       help="auto uses Docker where it runs, otherwise a process pool")
+    args = parser.parse_args(argv)
+    args.root = args.root.resolve()
+    try:
+        if args.command == "fixtures":
+            return fixtures_command(args.root, args.check)
+        return class_command(args)
+    except (GradingError, ExercisesError) as error:
+        print(error, file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

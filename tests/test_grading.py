@@ -1,0 +1,275 @@
+"""Grading the exercises as an instructor does, on submissions kept as fixtures.
+
+The autograder zip is built once for this file with ``otter assign`` (which also proves that
+every reference solution passes its own tests), and every fixture submission is graded with
+it in parallel, as ``otter run`` grades: the correct solution scores full marks, the
+unanswered notebook scores nothing, and each plausible wrong answer loses points on its own
+question, is caught by a public test there, and loses nothing anywhere else.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import os
+import re
+import shutil
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+import yaml
+
+from scripts.exercises import build, committed_files, diff, unpack_tests
+from scripts.grading import (
+    FIXTURES_DIR,
+    WRONG_ANSWERS,
+    GradingError,
+    Score,
+    answers_page,
+    committed_fixtures,
+    fixture_files,
+    grade_in_pool,
+    model_answers,
+    question_points,
+    solution_code,
+    wrong_answer_name,
+    write_scores,
+)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SOURCE = REPO_ROOT / "exercises" / "source" / "anatomy-exercises.ipynb"
+STUDENT = REPO_ROOT / "exercises" / "anatomy-exercises.ipynb"
+PUBLIC_TESTS = REPO_ROOT / "exercises" / "tests"
+FIXTURES = REPO_ROOT / FIXTURES_DIR
+
+
+def autograded_points() -> dict[str, float]:
+    questions = question_points(nbformat.read(SOURCE, as_version=4))
+    return {name: points for name, (points, manual) in questions.items() if not manual}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], Path]:
+    """The student files and the autograder zip, from one run of ``otter assign``."""
+    folder = tmp_path_factory.mktemp("autograder")
+    files = build(REPO_ROOT, autograder=folder)
+    [archive] = sorted(folder.glob("*/*.zip"))
+    return files, archive
+
+
+@pytest.fixture(scope="module")
+def graded(built: tuple[dict[str, str], Path]) -> dict[str, dict[str, Score]]:
+    """Every fixture submission graded against the autograder zip, all cores at once."""
+    submissions = sorted(FIXTURES.glob("*.ipynb"))
+    return grade_in_pool(submissions, built[1], workers=os.cpu_count() or 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# The build and the fixtures are current
+
+
+def test_committed_student_version_is_current_and_every_solution_passes_its_tests(
+        built: tuple[dict[str, str], Path]) -> None:
+    # `otter assign` runs every public and hidden test against the solutions before it writes
+    # anything, so a build that finished is also the proof that the reference solutions pass.
+    files, _ = built
+    stale = diff(committed_files(REPO_ROOT, files), files)
+    assert not stale, "run `python -m scripts.exercises` and commit the result\n" + stale
+
+
+def test_fixture_submissions_are_current() -> None:
+    stale = diff(committed_fixtures(REPO_ROOT), fixture_files(REPO_ROOT))
+    assert not stale, "run `python -m scripts.grading fixtures` and commit the result\n" + stale
+
+
+def test_every_autograded_question_has_a_wrong_answer_fixture() -> None:
+    assert {wrong.question for wrong in WRONG_ANSWERS} == set(autograded_points())
+    names = [wrong_answer_name(wrong) for wrong in WRONG_ANSWERS]
+    assert len(set(names)) == len(names)
+
+
+def test_a_wrong_answer_whose_text_is_gone_is_reported(tmp_path: Path) -> None:
+    from scripts.grading import WrongAnswer, with_wrong_answer
+
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1", id="a")])
+    missing = WrongAnswer("anatomy_q1b", "gone", "a", (("x = 2", "x = 3"),))
+    with pytest.raises(GradingError, match="wrong-q1b-gone"):
+        with_wrong_answer(notebook, missing)
+
+
+def test_solution_markers_are_removed_from_a_correct_answer() -> None:
+    source = ('# BEGIN SOLUTION NO PROMPT\nx = 1\n# END SOLUTION\n""" # BEGIN PROMPT\nx = ...\n'
+              '"""  # END PROMPT\ny = x + 1  # SOLUTION\n')
+    assert solution_code(source) == "x = 1\ny = x + 1"
+
+
+# ---------------------------------------------------------------------------------------------
+# The grading table
+
+
+def test_the_correct_submission_scores_full_marks(graded: dict[str, dict[str, Score]]) -> None:
+    points = {question: score.points for question, score in graded["correct"].items()}
+    assert points == autograded_points()
+    assert all(score.public_passed for score in graded["correct"].values())
+
+
+def test_the_unanswered_notebook_scores_nothing_and_says_so(
+        graded: dict[str, dict[str, Score]]) -> None:
+    unanswered = graded["unanswered"]
+    assert {question: score.points for question, score in unanswered.items()} == dict.fromkeys(
+        autograded_points(), 0.0)
+    for question, score in unanswered.items():
+        assert not score.public_passed, question
+        assert any("not answered yet" in message for message in score.public_messages), (
+            question, score.public_messages)
+
+
+@pytest.mark.parametrize("wrong", WRONG_ANSWERS, ids=wrong_answer_name)
+def test_a_wrong_answer_loses_points_on_its_own_question_and_no_other(
+        graded: dict[str, dict[str, Score]], wrong: Any) -> None:
+    scores = graded[wrong_answer_name(wrong)]
+    maximum = autograded_points()
+    own = scores[wrong.question]
+    assert own.points < maximum[wrong.question], "the hidden tests missed it too"
+    assert not own.public_passed, "the public tests, a student's only feedback, missed it"
+    assert all(message.startswith("expected") or "expected " in message
+               for message in own.public_messages), own.public_messages
+    others = {question: score.points for question, score in scores.items()
+              if question != wrong.question}
+    assert others == {question: maximum[question] for question in others}
+
+
+def test_scores_are_written_one_row_per_submission(tmp_path: Path) -> None:
+    path = tmp_path / "grades.csv"
+    write_scores(path, {"ana": {"q2": 1.0, "q1": 2 / 3}, "bo": {"q1": 0.0}})
+    assert path.read_text().splitlines() == [
+        "submission,q1,q2,total", "ana,0.67,1.00,1.67", "bo,0.00,0.00,0.00"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The autograder's environment
+
+
+def third_party_imports(code: str) -> set[str]:
+    """The top-level modules a piece of code imports, leaving out the standard library."""
+    modules: set[str] = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            modules |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            modules.add(node.module.split(".")[0])
+    return {module for module in modules if module not in sys.stdlib_module_names}
+
+
+def distribution_names(module: str) -> set[str]:
+    names = importlib.metadata.packages_distributions().get(module, [module])
+    return {re.sub(r"[-_.]+", "-", name).lower() for name in names}
+
+
+def requirement_name(requirement: str) -> str:
+    return re.sub(r"[-_.]+", "-", re.split(r"[\s@=<>!~\[;]", requirement, maxsplit=1)[0]).lower()
+
+
+def test_the_autograder_installs_everything_the_tests_and_solutions_import(
+        built: tuple[dict[str, str], Path]) -> None:
+    source = nbformat.read(SOURCE, as_version=4)
+    code = "\n".join(solution_code(cell.source) for cell in source.cells
+                     if cell.cell_type == "code")
+    # otter-grader itself is installed in every autograder, and with it what it depends on.
+    otter = importlib.metadata.requires("otter-grader") or []
+    provided = {"otter-grader"} | {requirement_name(entry) for entry in otter
+                                   if "extra ==" not in entry}
+    config = yaml.safe_load(source.cells[0].source)
+    required = {requirement_name(entry): entry for entry in config["requirements"]}
+    assert "matplotlib" in third_party_imports(code), "the derivation must see the plot's import"
+    for module in sorted(third_party_imports(code)):
+        names = distribution_names(module)
+        assert names & (set(required) | provided), f"{module} is not in the autograder"
+    for name, entry in required.items():
+        assert "==" in entry or " @ " in entry, f"{entry} is not pinned"
+        if "==" in entry:
+            assert entry == f"{name}=={importlib.metadata.version(name)}", (
+                f"{entry} differs from the version the book pins")
+    with zipfile.ZipFile(built[1]) as archive:
+        environment = yaml.safe_load(archive.read("environment.yml"))
+    pip = next(entry["pip"] for entry in environment["dependencies"] if isinstance(entry, dict))
+    assert set(config["requirements"]) <= set(pip), pip
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks that work wherever the notebook is opened, and written answers that reach a grader
+
+
+def code_cell(notebook_path: Path, cell_id: str) -> str:
+    notebook = nbformat.read(notebook_path, as_version=4)
+    [source] = [cell.source for cell in notebook.cells if cell.id == cell_id]
+    return source
+
+
+def test_the_student_notebook_carries_exactly_its_public_tests() -> None:
+    namespace: dict[str, Any] = {}
+    setup = code_cell(STUDENT, "public-tests")
+    exec(setup.split("\nbundled = ")[0], namespace)  # only the constant, nothing written
+    bundled = unpack_tests(namespace["PUBLIC_TESTS"])
+    shipped = {path.name: path.read_text(encoding="utf-8") for path in PUBLIC_TESTS.glob("*.py")}
+    assert bundled == shipped
+
+
+def test_a_downloaded_copy_checks_its_answers_without_the_repository(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import otter
+
+    shutil.copy(STUDENT, tmp_path / STUDENT.name)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "anatomy_q1b.py").write_text("# the copy beside the notebook wins\n")
+    monkeypatch.chdir(tmp_path)
+    exec(code_cell(STUDENT, "public-tests"), {})
+    written = sorted(path.name for path in (tmp_path / "tests").glob("*.py"))
+    assert written == sorted(path.name for path in PUBLIC_TESTS.glob("*.py"))
+    assert (tmp_path / "tests" / "anatomy_q1b.py").read_text().startswith("# the copy")
+    grader = otter.Notebook()
+    environment: dict[str, Any] = {}
+    exec("from typing import Any\nfrom collections.abc import Mapping\n"
+         "from agentbook import AUTO_REFUND_LIMIT_CENTS, Gate, ToolCall\n"
+         + solution_code(code_cell(SOURCE, "q7b-code")), environment)
+    assert grader.check("anatomy_q7b", environment).passed_all_public
+    environment["make_config_gate"] = lambda config: None
+    result = grader.check("anatomy_q7b", environment)
+    assert not result.passed_all_public and "not answered yet" in str(result)
+
+
+def test_the_hand_in_cell_exports_the_written_answers_for_a_grader(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import otter
+
+    shutil.copy(FIXTURES / "correct.ipynb", tmp_path / STUDENT.name)
+    shutil.copytree(PUBLIC_TESTS, tmp_path / "tests")
+    monkeypatch.chdir(tmp_path)
+    exec(code_cell(STUDENT, "export"), {"sys": sys, "os": os, "grader": otter.Notebook()})
+    [export] = list(tmp_path.glob("*.zip"))
+    with zipfile.ZipFile(export) as archive:
+        names = archive.namelist()
+        [page] = [name for name in names if name.endswith(".html")]
+        text = archive.read(page).decode("utf-8")
+    assert STUDENT.name in names
+    answers = model_answers(nbformat.read(SOURCE, as_version=4))
+    manual = [name for name, (_, is_manual) in question_points(
+        nbformat.read(SOURCE, as_version=4)).items() if is_manual]
+    assert len(answers) == len(manual)
+    for answer in answers.values():
+        words = re.findall(r"[A-Za-z]+(?: [A-Za-z]+){4}", answer.replace("Model answer", ""))
+        assert words and words[0] in text, f"missing from the page: {words[:1]}"
+
+
+def test_the_class_page_puts_every_written_answer_under_its_question() -> None:
+    page = answers_page([FIXTURES / "correct.ipynb", FIXTURES / "unanswered.ipynb"])
+    questions = re.findall(r"<h2>(.*?)</h2>", page)
+    manual = [name for name, (_, is_manual) in question_points(
+        nbformat.read(SOURCE, as_version=4)).items() if is_manual]
+    assert len(questions) == len(manual)
+    assert page.count("<h3>correct</h3>") == page.count("<h3>unanswered</h3>") == len(manual)
+    assert "Model answer" in page and "Type your answer here" in page
