@@ -247,8 +247,9 @@ def test() -> int:
     checks = {
         "ruff": (python, "-m", "ruff", "check", "."),
         "mypy": (python, "-m", "mypy"),
-        # One worker per core; each file, and so each notebook's kernel, stays on one worker.
-        "pytest": (python, "-m", "pytest", "-n", "auto", "--dist", "loadfile"),
+        # One worker per core. A file's tests, and so each notebook's kernel, stay on one
+        # worker, but each test class goes where it fits: a file splits its slow tests so.
+        "pytest": (python, "-m", "pytest", "-n", "auto", "--dist", "loadscope"),
     }
     failed = [name for name, command in checks.items() if run(*command) != 0]
     if failed:
