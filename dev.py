@@ -10,6 +10,10 @@ Set-up creates a virtual environment in .venv and installs the pinned
 requirements (requirements-dev.txt, which includes requirements.txt) and the
 agentbook package into it. Both commands share it, and set-up is skipped when
 the requirement files have not changed since the last time.
+
+It installs with uv, a pinned release that it first pip-installs into
+.cache/ when it is not on PATH, and falls back to pip, saying so, where uv
+cannot be installed or fails. AGENTBOOK_INSTALLER=pip makes it use pip alone.
 """
 
 from __future__ import annotations
@@ -68,15 +72,15 @@ def setup_fingerprint() -> str:
     return digest.hexdigest()
 
 
-def pip_settings(python: str | Path) -> dict[str, str]:
-    """pip's own configuration (files and PIP_* variables), as `pip config list` reports it."""
-    listed = subprocess.run([str(python), "-m", "pip", "config", "list"],
-                            capture_output=True, text=True)
+def parse_pip_config(listing: str) -> dict[str, str]:
+    """pip's settings from what `pip config list` prints, a PIP_* variable winning over files.
+
+    Lines look like `global.index-url='...'` (from a configuration file) or
+    `:env:.cert='...'` (from the PIP_CERT variable).
+    """
     from_files: dict[str, str] = {}
     from_environment: dict[str, str] = {}
-    # Lines look like `global.index-url='...'` or `:env:.cert='...'`: a PIP_* variable
-    # (`:env:`) overrides the configuration files, as it does for pip itself.
-    for line in listed.stdout.splitlines():
+    for line in listing.splitlines():
         key, _, value = line.partition("=")
         section, _, name = key.rpartition(".")
         settings = from_environment if section == ":env:" else from_files
@@ -84,19 +88,18 @@ def pip_settings(python: str | Path) -> dict[str, str]:
     return from_files | from_environment
 
 
-def uv_environment(pip_python: str | Path) -> dict[str, str]:
+def uv_environment(pip_settings: dict[str, str], environment: dict[str, str]) -> dict[str, str]:
     """The environment for uv: the package index and certificates that pip is set to use.
 
-    Only these two carry over. pip's extra indexes and find-links are left out on purpose:
-    uv takes a package from the first index that has it, so an extra index holding an older
-    release would hide the pinned one, where pip would pick the pin from either.
+    Only these two carry over, and only where no uv or SSL variable says otherwise. pip's
+    extra indexes and find-links are left out on purpose: uv takes a package from the first
+    index that has it, so an extra index holding older releases would hide a pinned one.
     """
-    environment = dict(os.environ)
-    settings = pip_settings(pip_python)
-    if "index-url" in settings and not {"UV_INDEX_URL", "UV_DEFAULT_INDEX"} & environment.keys():
-        environment["UV_DEFAULT_INDEX"] = settings["index-url"]
-    if "cert" in settings and "SSL_CERT_FILE" not in environment:
-        environment["SSL_CERT_FILE"] = settings["cert"]
+    environment = dict(environment)
+    if "index-url" in pip_settings and not {"UV_INDEX_URL", "UV_DEFAULT_INDEX"} & set(environment):
+        environment["UV_DEFAULT_INDEX"] = pip_settings["index-url"]
+    if "cert" in pip_settings and "SSL_CERT_FILE" not in environment:
+        environment["SSL_CERT_FILE"] = pip_settings["cert"]
     return environment
 
 
@@ -136,8 +139,9 @@ def find_uv(pip_python: Path) -> Path | None:
     if found is not None:
         return found
     shutil.rmtree(UV_HOME, ignore_errors=True)  # a half-finished earlier attempt
+    # --only-binary: where no wheel fits this platform, give up at once rather than compile uv.
     status = run(pip_python, "-m", "pip", "install", "--disable-pip-version-check", "--quiet",
-                 "--target", UV_HOME, f"uv=={UV_VERSION}")
+                 "--only-binary", ":all:", "--target", UV_HOME, f"uv=={UV_VERSION}")
     return uv_binary(UV_HOME) if status == 0 else None
 
 
@@ -160,8 +164,11 @@ def install_with_uv() -> bool:
         print(f"uv {UV_VERSION} could not be installed or does not run here;"
               " installing with pip instead (slower).", file=sys.stderr, flush=True)
         return False
+    listing = subprocess.run([pip_python, "-m", "pip", "config", "list"],
+                             capture_output=True, text=True).stdout
+    environment = uv_environment(parse_pip_config(listing), dict(os.environ))
     status = run(uv, "pip", "install", "--quiet", "--python", venv_python(), pip_pin(),
-                 "-r", REQUIREMENTS, "-e", ".", environment=uv_environment(pip_python))
+                 "-r", REQUIREMENTS, "-e", ".", environment=environment)
     if status != 0:
         print(f"uv failed (exit status {status}); installing with pip instead (slower).",
               file=sys.stderr, flush=True)
