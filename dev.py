@@ -167,8 +167,11 @@ def install_with_uv() -> bool:
     listing = subprocess.run([pip_python, "-m", "pip", "config", "list"],
                              capture_output=True, text=True).stdout
     environment = uv_environment(parse_pip_config(listing), dict(os.environ))
-    status = run(uv, "pip", "install", "--quiet", "--python", venv_python(), pip_pin(),
-                 "-r", REQUIREMENTS, "-e", ".", environment=environment)
+    # --compile-bytecode: pip compiles what it installs and uv does not by default. Without it
+    # every process compiles each module it imports, every time where PYTHONDONTWRITEBYTECODE
+    # is set: that nearly doubled the test suite's processor time.
+    status = run(uv, "pip", "install", "--quiet", "--compile-bytecode", "--python",
+                 venv_python(), pip_pin(), "-r", REQUIREMENTS, "-e", ".", environment=environment)
     if status != 0:
         print(f"uv failed (exit status {status}); installing with pip instead (slower).",
               file=sys.stderr, flush=True)

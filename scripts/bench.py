@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,7 +105,7 @@ def run_timed(command: list[str], cwd: Path, environment: dict[str, str]) -> Tim
     return Timing(wall, children_cpu() - cpu_before, done.returncode, done.stdout + done.stderr)
 
 
-def clone_and_time(python: str, installer: str, scratch: Path) -> dict[str, Timing]:
+def clone_and_time(python: str, installer: str, scratch: Path) -> Iterator[tuple[str, Timing]]:
     """Clone the committed book, then time set-up with empty caches and the test command."""
     clone = scratch / "agentbook"
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
@@ -114,10 +114,9 @@ def clone_and_time(python: str, installer: str, scratch: Path) -> dict[str, Timi
                    "PIP_CACHE_DIR": str(scratch / "pip-cache")}
     if installer == "pip":
         environment["AGENTBOOK_INSTALLER"] = "pip"
-    timings = {"set-up": run_timed([python, "-c", SET_UP], clone, environment)}
+    yield "set-up", run_timed([python, "-c", SET_UP], clone, environment)
     for attempt in ("test, right after set-up", "test, repeat"):
-        timings[attempt] = run_timed([python, "dev.py", "test"], clone, environment)
-    return timings
+        yield attempt, run_timed([python, "dev.py", "test"], clone, environment)
 
 
 def bench_commands(python: str, runs: int, installer: str) -> None:
@@ -125,7 +124,7 @@ def bench_commands(python: str, runs: int, installer: str) -> None:
     steps: dict[str, list[Timing]] = {}
     for run in range(1, runs + 1):
         with tempfile.TemporaryDirectory() as scratch:
-            for step, timing in clone_and_time(python, installer, Path(scratch)).items():
+            for step, timing in clone_and_time(python, installer, Path(scratch)):
                 steps.setdefault(step, []).append(timing)
                 print(f"clone {run}: {step:28} {timing.wall:7.2f} s on the clock, "
                       f"{timing.cpu:7.2f} s of processor, exit {timing.status}", flush=True)
