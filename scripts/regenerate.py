@@ -55,6 +55,9 @@ def execute(path: Path, timeout: int = 120) -> None:
     client = NotebookClient(
         notebook,
         timeout=timeout,
+        # A kernel starts in a few seconds, but on a busy machine (two regenerations, a test
+        # run and other work sharing two cores) it has been seen to take over a minute.
+        startup_timeout=300,
         kernel_name="python3",
         resources={"metadata": {"path": str(path.parent)}},
         skip_cells_with_tag=SKIP_TAG,
