@@ -15,7 +15,9 @@ whenever it is needed.
     python -m scripts.exercises --autograder D  also keep the autograder versions in D
 
 Either way ``otter assign`` first runs every test against the solutions, and a
-solution that fails its own tests stops the build with otter's report.
+solution that fails its own tests stops the build with otter's report. (The test
+suite builds with ``check_solutions=False``, otter's ``--no-run-tests``, because it
+grades the correct submission itself and asserts full marks on every test.)
 """
 
 from __future__ import annotations
@@ -54,9 +56,12 @@ def source_notebooks(root: Path) -> list[Path]:
     return sorted((root / SOURCE_DIR).glob("*.ipynb"))
 
 
-def run_otter_assign(source: Path, output: Path) -> None:
-    """Run ``otter assign`` on one source notebook, tests included, into ``output``.
+def run_otter_assign(source: Path, output: Path, check_solutions: bool = True) -> None:
+    """Run ``otter assign`` on one source notebook into ``output``.
 
+    With ``check_solutions`` otter also grades the solutions against every public and hidden
+    test, and fails unless they score full marks; without it (``--no-run-tests``) it builds
+    the same files in a fraction of the time, for a caller that grades the solutions itself.
     Otter's scratch files (the tests it hands to its autograder generator, the
     folders it grades in) go to a temporary folder inside ``output`` too, so
     nothing is left behind in the system's temporary folder.
@@ -64,6 +69,8 @@ def run_otter_assign(source: Path, output: Path) -> None:
     scratch = output / "scratch"
     scratch.mkdir(parents=True)
     command = [sys.executable, "-m", "otter", "assign", str(source), str(output / "dist")]
+    if not check_solutions:
+        command.append("--no-run-tests")
     completed = subprocess.run(command, capture_output=True, text=True,
                                env={**os.environ, "TMPDIR": str(scratch)})
     if completed.returncode != 0:
@@ -136,14 +143,18 @@ def bundle_tests(notebook_text: str, tests: dict[str, str]) -> str:
     return result if result.endswith("\n") else result + "\n"
 
 
-def build(root: Path, autograder: Path | None = None) -> dict[str, str]:
-    """Every student file the sources produce: path relative to ``root`` -> file text."""
+def build(root: Path, autograder: Path | None = None,
+          check_solutions: bool = True) -> dict[str, str]:
+    """Every student file the sources produce: path relative to ``root`` -> file text.
+
+    ``check_solutions=False`` skips otter's grading of the solutions (see ``run_otter_assign``).
+    """
     files: dict[str, str] = {}
     made_by: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="agentbook-exercises-") as scratch:
         for source in source_notebooks(root):
             output = Path(scratch, source.stem)
-            run_otter_assign(source, output)
+            run_otter_assign(source, output, check_solutions)
             source_ids = {cell.get("id") for cell in nbformat.read(source, as_version=4).cells}
             student = output / "dist" / "student"
             for path in sorted(p for p in student.rglob("*") if p.is_file()):

@@ -2,7 +2,12 @@
 
 Everything goes over real HTTP on 127.0.0.1; httpx is never mocked. Servers listen on port 0,
 and retries sleep through a recorder instead of the clock, so the file runs in seconds.
+
+The two official clients are imported by the tests that use them, not at the top: importing
+them takes seconds, and every test worker collects this file while only one runs it.
 """
+
+from __future__ import annotations
 
 import contextlib
 import json
@@ -19,11 +24,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anthropic
 import httpx
-import openai
 import pytest
 
 from agentbook.anatomy import (
@@ -61,6 +64,10 @@ from agentbook.real_models import (
     serve_main,
     to_anthropic_messages,
 )
+
+if TYPE_CHECKING:
+    import anthropic
+    import openai
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TASK = "Order A-17 arrived damaged. Please make this right."
@@ -297,6 +304,8 @@ class OpenAIClientModel:
 
 @contextlib.contextmanager
 def openai_client(base_url: str) -> Iterator[openai.OpenAI]:
+    import openai
+
     client = openai.OpenAI(base_url=base_url, api_key="not-needed", max_retries=0, timeout=5)
     try:
         yield client
@@ -758,6 +767,8 @@ def test_importing_the_package_starts_nothing_and_prints_nothing() -> None:
 
 def anthropic_client(base_url: str) -> anthropic.Anthropic:
     """The official Anthropic client; it adds /v1/messages to the server's root itself."""
+    import anthropic
+
     return anthropic.Anthropic(base_url=base_url.removesuffix("/v1"), api_key="not-needed",
                                max_retries=0, timeout=5)
 
@@ -766,6 +777,8 @@ NO_STREAM = 'this server does not stream; send the request without "stream": tru
 
 
 def test_the_openai_client_asking_for_a_stream_gets_a_clear_error() -> None:
+    import openai
+
     with ReplayServer(overreaching_model) as server, openai_client(server.base_url) as client:
         with pytest.raises(openai.BadRequestError) as caught:
             for _ in client.chat.completions.create(
@@ -777,6 +790,8 @@ def test_the_openai_client_asking_for_a_stream_gets_a_clear_error() -> None:
 
 
 def test_the_anthropic_client_asking_for_a_stream_gets_a_clear_error() -> None:
+    import anthropic
+
     system, turns = to_anthropic_messages(OPENING)
     with ReplayServer(overreaching_model) as server:
         client = anthropic_client(server.base_url)
@@ -1100,6 +1115,8 @@ class Lockstep:
 
 def clients(base_url: str) -> dict[str, ModelFor]:
     """Every client of the replay server: the two adapters and the two official clients."""
+    import openai
+
     sdk_openai = openai.OpenAI(base_url=base_url, api_key="x", max_retries=0, timeout=5)
     return {"openai adapter": openai_model(base_url),
             "anthropic adapter": anthropic_model(base_url),
