@@ -34,6 +34,7 @@ from agentbook import (
     run_to_explorer_json,
     tool_call_message,
 )
+from tests.test_render import NOT_COPIED
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TASK = "Order A-17 arrived damaged. Please make this right."
@@ -253,9 +254,6 @@ def test_transcript_reads_step_by_step_within_79_characters() -> None:
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                   "--no-first-run", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync"]
-# What a render of the book needs; the rest of the repository is left out of the copy.
-BOOK_FILES = ["_quarto.yml", "book.scss", "index.qmd", "references.qmd", "references.bib",
-              "chapters", "figures", "filters", "explorer", "scripts"]
 CHAPTER_PAGE = Path("_book") / "chapters" / "01_anatomy.html"
 STYLESHEET = "explorer/run-explorer.css"
 SCRIPT = "explorer/run-explorer.html"
@@ -301,13 +299,10 @@ def chapter_runs() -> dict[str, tuple[RunResult, list[dict[str, Any]], Limits]]:
 
 def render(tmp: Path) -> Path:
     """Render a copy of the book; return the chapter's page."""
-    for name in BOOK_FILES:
-        source = REPO_ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, tmp / name,
-                            ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy(source, tmp / name)
+    # The whole repository, as the render test copies it: a page the book lists is never
+    # left behind.
+    shutil.copytree(REPO_ROOT, tmp, ignore=shutil.ignore_patterns(*NOT_COPIED),
+                    dirs_exist_ok=True)
     done = subprocess.run(["quarto", "render"], cwd=tmp, capture_output=True, text=True,
                           timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]

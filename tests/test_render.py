@@ -40,8 +40,8 @@ FENCE = re.compile(r"^( *)(`{3,}|~{3,})(.*)$")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 WARNING = re.compile(r"\bWARN(?:ING)?\b")
 # Not part of the book: left out of the copy that is rendered.
-NOT_COPIED = (".git", ".venv", "_book", ".quarto", "__pycache__", ".mypy_cache", ".ruff_cache",
-              ".pytest_cache", ".hypothesis", "*.egg-info")
+NOT_COPIED = (".git", ".venv", ".cache", "_book", ".quarto", "__pycache__", ".mypy_cache",
+              ".ruff_cache", ".pytest_cache", ".hypothesis", "*.egg-info")
 CHROMIUM_MISSING = "Chromium is not on PATH (or $CHROMIUM), so pages cannot be measured"
 RENDER_TIMEOUT = 900  # seconds; a render takes about a minute on two shared cores
 
