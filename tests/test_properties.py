@@ -326,12 +326,19 @@ def answered_in_order(messages: list[dict[str, Any]]) -> bool:
     return not pending
 
 
-@given(st.lists(move_lists, min_size=1, max_size=4), st.integers(1, 3))
-def test_a_stop_at_any_position_of_a_message_leaves_every_call_answered(turns, denials):
+def gated_run_of(turns: list[list[str]],
+                 denials: int) -> tuple[RunResult, list[dict[str, Any]]]:
+    """Play generated turns of proposals behind refund_gate; the result and effect log."""
     tools, effects = make_environment()
     model = ScriptedModel(turns=[proposals_of(moves, n) for n, moves in enumerate(turns)])
     result = run_agent("Refund order A-17.", model, tools, refund_gate,
                        Limits(repeated_denials=denials))
+    return result, effects
+
+
+@given(st.lists(move_lists, min_size=1, max_size=4), st.integers(1, 3))
+def test_a_stop_at_any_position_of_a_message_leaves_every_call_answered(turns, denials):
+    result, effects = gated_run_of(turns, denials)
     state = result.state
     assert answered_in_order(state.messages)
     assert all_true(check_run(result, effects, Limits(repeated_denials=denials)))
@@ -349,10 +356,7 @@ def test_a_stop_at_any_position_of_a_message_leaves_every_call_answered(turns, d
 
 @given(st.lists(move_lists, min_size=1, max_size=4), st.integers(1, 3))
 def test_check_run_notices_any_one_answer_taken_away_or_repeated(turns, denials):
-    tools, effects = make_environment()
-    model = ScriptedModel(turns=[proposals_of(moves, n) for n, moves in enumerate(turns)])
-    result = run_agent("Refund order A-17.", model, tools, refund_gate,
-                       Limits(repeated_denials=denials))
+    result, effects = gated_run_of(turns, denials)
     answers = [i for i, m in enumerate(result.state.messages) if m["role"] == "tool"]
     for index in answers:
         for broken in (result.state.messages[:index] + result.state.messages[index + 1:],

@@ -345,6 +345,20 @@ ANTHROPIC_REPLY = {"type": "message", "role": "assistant",
 Body = bytes | dict[str, Any] | list[Any] | None | Callable[[dict[str, str]], dict[str, Any]]
 
 
+@contextlib.contextmanager
+def loopback(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """Serve ``handler`` on a free loopback port for the block; yield its /v1 address."""
+    http = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=http.serve_forever, args=(0.01,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{http.server_port}/v1"
+    finally:
+        http.shutdown()
+        http.server_close()
+        thread.join()
+
+
 @dataclass(frozen=True)
 class Reply:
     """One canned reply. ``body`` may be a function of the request's headers."""
@@ -389,16 +403,11 @@ def canned(*replies: Reply) -> Iterator[CannedServer]:
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-    http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=http.serve_forever, args=(0.01,), daemon=True)
-    thread.start()
     try:
-        yield CannedServer(f"http://127.0.0.1:{http.server_port}/v1", requests)
+        with loopback(Handler) as url:
+            yield CannedServer(url, requests)
     finally:
         release.set()
-        http.shutdown()
-        http.server_close()
-        thread.join()
 
 
 def recording_model(url: str, **settings: Any) -> tuple[OpenAICompatibleModel, list[float]]:
@@ -838,16 +847,11 @@ def trickling(interval: float = 0.25) -> Iterator[str]:
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-    http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=http.serve_forever, args=(0.01,), daemon=True)
-    thread.start()
     try:
-        yield f"http://127.0.0.1:{http.server_port}/v1"
+        with loopback(Handler) as url:
+            yield url
     finally:
         stop.set()
-        http.shutdown()
-        http.server_close()
-        thread.join()
 
 
 ADAPTERS: dict[str, Callable[..., Any]] = {
