@@ -53,6 +53,12 @@ QUARTO_HELP = (
 )
 
 
+# One pytest worker per core. A file's tests, and so each notebook's kernel, stay on one
+# worker, but each test class goes where it fits; tests/conftest.py hands out the slowest
+# files first and spreads the grading tests one by one.
+PYTEST_SPREAD = ("-n", "auto", "--dist", "loadscope", "--no-loadscope-reorder")
+
+
 def venv_python() -> Path:
     scripts = "Scripts" if os.name == "nt" else "bin"
     return VENV / scripts / ("python.exe" if os.name == "nt" else "python")
@@ -257,9 +263,7 @@ def test() -> int:
     checks = {
         "ruff": (python, "-m", "ruff", "check", "."),
         "mypy": (python, "-m", "mypy"),
-        # One worker per core. A file's tests, and so each notebook's kernel, stay on one
-        # worker, but each test class goes where it fits: a file splits its slow tests so.
-        "pytest": (python, "-m", "pytest", "-n", "auto", "--dist", "loadscope"),
+        "pytest": (python, "-m", "pytest", *PYTEST_SPREAD),
     }
     failed = [name for name, command in checks.items() if run(*command) != 0]
     if failed:

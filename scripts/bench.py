@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dev import PYTEST_SPREAD
 from scripts.regenerate import ROOT, chapter_notebooks, execute
 
 # What the reference's kernel imports: the standard library only.
@@ -81,7 +82,7 @@ def bench_tests(runs: int) -> None:
     """The suite as `dev.py test` runs it (on every core), and on one core for comparison."""
     serial = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     for label, command in [("pytest -n auto (as dev.py test runs it)",
-                            [*serial, "-n", "auto", "--dist", "loadscope"]),
+                            [*serial, *PYTEST_SPREAD]),
                            ("pytest on one core", serial)]:
         seconds = [timed(lambda command=command: subprocess.run(
             command, cwd=ROOT, check=True, capture_output=True)) for _ in range(runs)]

@@ -27,8 +27,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -260,18 +261,36 @@ def docker_available() -> bool:
         [docker, "info"], capture_output=True).returncode == 0
 
 
+@contextmanager
+def grading_environment() -> Iterator[None]:
+    """The environment ``otter run`` grades in, given back unchanged afterwards.
+
+    Otter prepends its conda folder to PATH on every call, so a long-lived process that
+    grades many submissions keeps PATH as it was. The kernel draws figures with Agg:
+    nothing is displayed while grading, so rendering each plot as a picture is wasted.
+    """
+    saved = dict(os.environ)
+    os.environ["MPLBACKEND"] = "agg"
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 def grade_one(submission: Path, autograder: Path) -> dict[str, Score]:
     """One submission's score per question, graded as ``otter run`` grades it.
 
     ``otter.api.grade_submission`` is the programmatic form of ``otter run``: it unpacks the
     autograder zip into a scratch folder, executes the notebook in a fresh kernel and runs
-    every test. Calling it in a long-lived worker spares each submission the seconds it
+    every test. Calling it in a long-lived process spares each submission the second it
     takes to import otter again.
     """
     from otter.api import grade_submission
 
     try:
-        results = grade_submission(str(submission), str(autograder), quiet=True)
+        with grading_environment():
+            results = grade_submission(str(submission), str(autograder), quiet=True)
     except Exception as error:  # otter reports a broken submission by raising anything
         raise GradingError(f"{submission.name}: otter could not grade it: {error}") from error
     if results.has_catastrophic_failure():

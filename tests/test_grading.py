@@ -1,16 +1,17 @@
 """Grading the exercises as an instructor does, on submissions kept as fixtures.
 
-The autograder zip is built once for this file with ``otter assign``, and every fixture
-submission is graded with it in parallel, as ``otter run`` grades: the correct solution scores
-full marks on every public and hidden test (the proof that every reference solution passes its
-own tests, so the build skips otter's own run of them), the
-unanswered notebook scores nothing, and each plausible wrong answer loses points on its own
-question, is caught by a public test there, and loses nothing anywhere else.
+The autograder zip is built with ``otter assign`` once per test worker, and every fixture
+submission is graded with it by a test of its own, as ``otter run`` grades: the correct
+solution scores full marks on every public and hidden test (the proof that every reference
+solution passes its own tests, so the build skips otter's own run of them), the unanswered
+notebook scores nothing, and each plausible wrong answer loses points on its own question, is
+caught by a public test there, and loses nothing anywhere else.
 """
 
 from __future__ import annotations
 
 import ast
+import csv
 import importlib.metadata
 import os
 import re
@@ -33,20 +34,20 @@ from scripts.grading import (
     answers_page,
     committed_fixtures,
     fixture_files,
-    grade_in_pool,
+    grade_one,
     model_answers,
     question_points,
     solution_code,
     wrong_answer_name,
     write_scores,
 )
+from scripts.grading import main as grading_main
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SOURCE = REPO_ROOT / "exercises" / "source" / "anatomy-exercises.ipynb"
 STUDENT = REPO_ROOT / "exercises" / "anatomy-exercises.ipynb"
 PUBLIC_TESTS = REPO_ROOT / "exercises" / "tests"
 FIXTURES = REPO_ROOT / FIXTURES_DIR
-GRADING_WORKERS_PER_CORE = 2
 
 
 def autograded_points() -> dict[str, float]:
@@ -54,7 +55,7 @@ def autograded_points() -> dict[str, float]:
     return {name: points for name, (points, manual) in questions.items() if not manual}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], Path]:
     """The student files and the autograder zip, from one run of ``otter assign``.
 
@@ -67,18 +68,12 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], Pat
     return files, archive
 
 
-@pytest.fixture(scope="module")
-def graded(built: tuple[dict[str, str], Path]) -> dict[str, dict[str, Score]]:
-    """Every fixture submission graded against the autograder zip, all cores at once.
+def grade(name: str, built: tuple[dict[str, str], Path]) -> dict[str, Score]:
+    """One fixture submission graded against the autograder zip, as ``otter run`` grades it.
 
-    Two submissions per core: a grading worker spends about a third of its time waiting for
-    its kernel (to start, to answer), and the second keeps the core busy meanwhile. On two
-    cores the 15 fixtures took 27 s with two workers and 18.5 s with four, the same processor
-    time (33 s) either way.
+    Each submission is graded by its own test, so the test workers share the grading out.
     """
-    submissions = sorted(FIXTURES.glob("*.ipynb"))
-    workers = GRADING_WORKERS_PER_CORE * (os.cpu_count() or 1)
-    return grade_in_pool(submissions, built[1], workers=workers)
+    return grade_one(FIXTURES / f"{name}.ipynb", built[1])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -122,18 +117,30 @@ def test_solution_markers_are_removed_from_a_correct_answer() -> None:
 # The grading table
 
 
-def test_the_correct_submission_scores_full_marks(graded: dict[str, dict[str, Score]]) -> None:
-    # Every autograded question, each worth points, at full marks: every public and hidden test
-    # passes on the reference solutions, which is what `otter assign` would otherwise check.
-    assert all(points > 0 for points in autograded_points().values())
-    points = {question: score.points for question, score in graded["correct"].items()}
-    assert points == autograded_points()
-    assert all(score.public_passed for score in graded["correct"].values())
+def test_the_correct_submission_scores_full_marks_through_the_class_command(
+        built: tuple[dict[str, str], Path], tmp_path: Path) -> None:
+    # Graded as an instructor grades a class, through a worker pool: every autograded question,
+    # each worth points, at full marks. Full marks mean every public and hidden test passed on
+    # the reference solutions, which is what `otter assign` would otherwise check.
+    folder = tmp_path / "submissions"
+    folder.mkdir()
+    shutil.copy(FIXTURES / "correct.ipynb", folder)
+    grades, answers = tmp_path / "grades.csv", tmp_path / "answers.html"
+    status = grading_main(["class", str(folder), "-o", str(grades), "--answers", str(answers),
+                           "--autograder", str(built[1]), "--workers", "1",
+                           "--engine", "process"])
+    assert status == 0
+    [row] = list(csv.DictReader(grades.open(encoding="utf-8")))
+    maximum = autograded_points()
+    assert all(points > 0 for points in maximum.values())
+    assert row == {"submission": "correct", "total": f"{sum(maximum.values()):.2f}",
+                   **{question: f"{points:.2f}" for question, points in maximum.items()}}
+    assert "Model answer" in answers.read_text(encoding="utf-8")
 
 
 def test_the_unanswered_notebook_scores_nothing_and_says_so(
-        graded: dict[str, dict[str, Score]]) -> None:
-    unanswered = graded["unanswered"]
+        built: tuple[dict[str, str], Path]) -> None:
+    unanswered = grade("unanswered", built)
     assert {question: score.points for question, score in unanswered.items()} == dict.fromkeys(
         autograded_points(), 0.0)
     for question, score in unanswered.items():
@@ -144,8 +151,8 @@ def test_the_unanswered_notebook_scores_nothing_and_says_so(
 
 @pytest.mark.parametrize("wrong", WRONG_ANSWERS, ids=wrong_answer_name)
 def test_a_wrong_answer_loses_points_on_its_own_question_and_no_other(
-        graded: dict[str, dict[str, Score]], wrong: Any) -> None:
-    scores = graded[wrong_answer_name(wrong)]
+        built: tuple[dict[str, str], Path], wrong: Any) -> None:
+    scores = grade(wrong_answer_name(wrong), built)
     maximum = autograded_points()
     own = scores[wrong.question]
     assert own.points < maximum[wrong.question], "the hidden tests missed it too"
