@@ -410,7 +410,7 @@ class RunState:
 
     ``messages`` is the wire-format transcript; ``observations`` and
     ``prompt_token_log`` (one estimate per model call) let a checker audit
-    the run afterwards; ``turns`` counts model calls.
+    the run afterward; ``turns`` counts model calls.
     """
 
     messages: list[dict[str, Any]]
