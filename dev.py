@@ -1,7 +1,8 @@
 """The book's two commands. Run with any Python 3.11 or newer.
 
-    python3 dev.py book    set up .venv, regenerate the package, outputs, figures
-                           and the student exercises from the sources, then render
+    python3 dev.py book    set up .venv, regenerate the package, outputs, figures,
+                           the student exercises, their graded example submissions
+                           and the reader notebooks from the sources, then render
                            with Quarto (from PATH, or pip-installed into .venv when
                            it can be)
     python3 dev.py test    set up .venv, then run ruff, mypy and every test
@@ -47,16 +48,22 @@ QUARTO_HELP = (
     "Missing: Quarto, so the book was not rendered to _book/.\n"
     f"`quarto` is not on PATH, and `pip install {QUARTO_CLI}` into .venv failed (that package\n"
     "downloads the Quarto binary from GitHub while it installs).\n"
-    "Everything else is regenerated: agentbook/, the stored outputs, figures/ and exercises/.\n"
+    "Everything else is regenerated: agentbook/, the stored outputs, figures/, exercises/,\n"
+    "tests/fixtures/submissions/ and notebooks/.\n"
     "To render, install the Quarto command-line tool (https://quarto.org/docs/get-started/)\n"
     "so that `quarto` is on PATH, then run `python3 dev.py book` again."
 )
 
 
+# The suite's plugins are named rather than found: a plugin found by autoloading has its
+# whole distribution (all of hypothesis, all of anyio) assertion-rewritten on import, a
+# second of work in every process wherever bytecode is not cached.
+PYTEST_PLUGINS = ("--disable-plugin-autoload", "-p", "xdist", "-p", "nbval",
+                  "-p", "hypothesispytest")
 # One pytest worker per core. A file's tests, and so each notebook's kernel, stay on one
 # worker, but each test class goes where it fits; tests/conftest.py hands out the slowest
 # files first and spreads the grading tests one by one.
-PYTEST_SPREAD = ("-n", "auto", "--dist", "loadscope", "--no-loadscope-reorder")
+PYTEST_SPREAD = (*PYTEST_PLUGINS, "-n", "auto", "--dist", "loadscope", "--no-loadscope-reorder")
 
 
 def venv_python() -> Path:
@@ -245,8 +252,10 @@ def install_quarto() -> str | None:
 def book() -> int:
     """Regenerate everything the chapters produce, then render if Quarto is here or can be."""
     set_up()
-    for step in ("scripts.regenerate", "scripts.exercises", "scripts.readers"):
-        status = run(venv_python(), "-m", step)
+    steps = (("scripts.regenerate",), ("scripts.exercises",), ("scripts.grading", "fixtures"),
+             ("scripts.readers",))
+    for step in steps:
+        status = run(venv_python(), "-m", *step)
         if status != 0:
             return status
     quarto = shutil.which("quarto") or venv_quarto() or install_quarto()

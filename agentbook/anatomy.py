@@ -688,6 +688,28 @@ def _is_count(value: Any) -> bool:
     return type(value) is int and value >= 0
 
 
+# From chapters/01_anatomy.ipynb, cell answered-once-each
+def _answered_once_each(messages: list[dict[str, Any]]) -> bool:
+    """True when every proposed call gets exactly one tool message.
+
+    A tool message must answer a call proposed before it and not answered
+    yet, and every call is answered before the model speaks again. Ids are
+    counted, since a model may reuse one.
+    """
+    waiting: Counter[str] = Counter()
+    for message in messages:
+        if message.get("role") == "assistant":
+            if +waiting:  # a call of the previous message was never answered
+                return False
+            waiting.update(call.call_id for call in parse_tool_calls(message))
+        elif message.get("role") == "tool":
+            answered = message.get("tool_call_id")
+            if not isinstance(answered, str) or waiting[answered] < 1:
+                return False
+            waiting[answered] -= 1
+    return not +waiting
+
+
 # From chapters/01_anatomy.ipynb, cell check-saved-state
 def _checked_state(data: Any) -> RunState:
     """Build a RunState from parsed JSON, or say what is wrong with it."""
@@ -712,6 +734,8 @@ def _checked_state(data: Any) -> RunState:
     answers = [m for m in messages if m["role"] == "tool"]
     _require(answers == [_tool_message(o) for o in observations],
              "the tool messages do not match the observations")
+    _require(_answered_once_each(messages),
+             "the calls and the tool messages answering them do not pair up")
     return RunState(messages, observations, log, turns)
 
 
@@ -944,27 +968,6 @@ def execute_plan(plan: list[dict[str, Any]], tools: dict[str, ToolSpec],
 
 
 # From chapters/01_anatomy.ipynb, cell check-run
-def _answered_once_each(messages: list[dict[str, Any]]) -> bool:
-    """True when every proposed call gets exactly one tool message.
-
-    A tool message must answer a call proposed before it and not answered
-    yet, and every call is answered before the model speaks again. Ids are
-    counted, since a model may reuse one.
-    """
-    waiting: Counter[str] = Counter()
-    for message in messages:
-        if message.get("role") == "assistant":
-            if +waiting:  # a call of the previous message was never answered
-                return False
-            waiting.update(call.call_id for call in parse_tool_calls(message))
-        elif message.get("role") == "tool":
-            answered = message.get("tool_call_id")
-            if not isinstance(answered, str) or waiting[answered] < 1:
-                return False
-            waiting[answered] -= 1
-    return not +waiting
-
-
 def check_run(result: RunResult, effects: list[dict[str, Any]],
               limits: Limits) -> dict[str, bool]:
     """Check a finished run against the loop's invariants, from its record.

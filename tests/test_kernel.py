@@ -256,6 +256,12 @@ DAMAGE = {
     "observation field": lambda d: d["observations"][0].pop("content"),
     "observation content": lambda d: d["observations"][1].update(content="allowed"),
     "observations not a list": lambda d: d.update(observations=None),
+    # The tool messages still match the observations; only the pairing with calls breaks.
+    "call id edited": lambda d: d["messages"][2]["tool_calls"][0].update(id="x9"),
+    "call removed": lambda d: d["messages"][2].update(tool_calls=[]),
+    "unanswered call added": lambda d: d["messages"][2]["tool_calls"].append(
+        dict(d["messages"][2]["tool_calls"][0], id="extra")),
+    "answer moved ahead of its call": lambda d: d["messages"].insert(2, d["messages"].pop(3)),
 }
 
 

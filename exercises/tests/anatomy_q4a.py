@@ -18,9 +18,10 @@ def test_q4a_one_message_two_reads(both_reads):
     assert len(set(ids)) == 2, f'expected each proposal to have its own id; found {ids}'
 
 @test_case(points=None, hidden=False)
-def test_q4a_both_observations_and_every_invariant(result_q4, effects_q4):
+def test_q4a_both_observations_and_every_invariant(both_reads, result_q4, effects_q4):
     """Both reads ran, and check_run finds nothing wrong."""
     from agentbook import Limits, check_run
+    assert both_reads is not ..., 'not answered yet: both_reads is still ...'
     kinds = [observation.kind for observation in result_q4.state.observations]
     assert kinds == ['result', 'result'], f'expected two successful reads; found kinds {kinds}'
     verdict = check_run(result_q4, effects_q4, Limits())

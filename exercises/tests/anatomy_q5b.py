@@ -34,7 +34,7 @@ def test_q5b_rejects_a_refund_without_a_lookup(looked_up_before_refund, result_n
 
 @test_case(points=None, hidden=False)
 def test_q5b_a_lookup_after_the_refund_is_too_late(looked_up_before_refund):
-    """Refund first and look up afterwards: the evidence came too late, so the check fails."""
+    """Refund first and look up afterward: the evidence came too late, so the check fails."""
     from agentbook import ScriptedModel, allow_all, answer_message, make_environment
     from agentbook import run_agent, tool_call_message
     refund = tool_call_message('a', 'refund_order', {'order_id': 'A-17', 'amount_cents': 4999})
@@ -42,5 +42,6 @@ def test_q5b_a_lookup_after_the_refund_is_too_late(looked_up_before_refund):
     tools, _ = make_environment()
     model = ScriptedModel(turns=[refund, lookup, answer_message('Done.')])
     verdict = looked_up_before_refund(run_agent('Order A-17.', model, tools, allow_all))
+    assert verdict is not None, 'not answered yet: looked_up_before_refund returns None'
     assert verdict is False, f'expected False when the only lookup comes after the refund; found {verdict!r}'
 

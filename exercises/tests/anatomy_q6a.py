@@ -17,6 +17,7 @@ def test_q6a_one_model_call_per_round(costs_q6):
 @test_case(points=None, hidden=False)
 def test_q6a_prompt_tokens_grow_with_the_rounds(costs_q6):
     """Every extra round is another prompt to pay for."""
+    assert costs_q6, 'not answered yet: costs_q6 is empty'
     tokens = [row.get('prompt_tokens') for row in costs_q6]
     assert len(tokens) == 6, f'expected six measurements; found {len(tokens)}'
     assert all([isinstance(count, int) for count in tokens]), f'expected whole numbers of tokens; found {tokens}'

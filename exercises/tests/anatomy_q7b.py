@@ -13,7 +13,7 @@ def test_q7b_reads_the_limit_at_call_time(make_config_gate):
     gate = make_config_gate(config)
     assert gate is not None, 'not answered yet: make_config_gate returns None'
     probe = ToolCall('g', 'refund_order', {'order_id': 'A-17', 'amount_cents': 5500})
-    assert not gate(probe)[0], 'expected 5500 cents to be denied under a limit of 5000'
+    assert not gate(probe)[0], 'expected 5500 cents to be denied under a limit of 5000; it was allowed'
     config['auto_refund_limit_cents'] = 6000
     assert gate(probe)[0], 'expected the same call to be allowed once the limit is raised to 6000; it was denied: read the limit when the gate is called, not when it is made'
 
