@@ -4,8 +4,11 @@
 
 import os
 from dataclasses import dataclass, field
+import contextlib
 import functools
 import json
+import socket
+import threading
 import time
 from typing import Any, Self
 from collections.abc import Callable, Sequence
@@ -18,7 +21,6 @@ from agentbook.anatomy import (
     ScriptedModel,
     overreaching_model,
 )
-import threading
 from urllib.parse import urlsplit
 import argparse
 import signal
@@ -198,18 +200,40 @@ def _deadline_reason(deadline: float) -> str:
     return f"no complete reply within the deadline of {deadline:g} s"
 
 
-def _read_body(chunks: Any, ends_at: float) -> bytes | None:
-    """The whole body, or None if the clock passes ``ends_at`` first.
+class _Watchdog:
+    """Shuts the connection down when the deadline comes, whatever it is
+    waiting for: the status line, a header or the body.
 
-    The clock is read after every chunk, so a server that trickles its
-    reply a byte at a time is cut off on time all the same.
+    A timeout bounds each single wait, so a server that sends a byte every
+    so often never trips it. Shutting the socket down ends any wait at
+    once. httpx hands over the socket through its ``trace`` hook.
     """
-    body = bytearray()
-    for chunk in chunks:
-        body += chunk
-        if time.monotonic() > ends_at:
-            return None
-    return bytes(body)
+
+    def __init__(self, ends_at: float) -> None:
+        self.fired = threading.Event()
+        self._sockets: list[socket.socket] = []
+        self._timer = threading.Timer(max(0.0, ends_at - time.monotonic()),
+                                      self._fire)
+        self._timer.daemon = True
+
+    def trace(self, event: str, info: dict[str, Any]) -> None:
+        if event == "connection.connect_tcp.complete":
+            self._sockets.append(info["return_value"].get_extra_info("socket"))
+            if self.fired.is_set():  # connected just as the deadline came
+                self._fire()
+
+    def _fire(self) -> None:
+        self.fired.set()
+        for sock in self._sockets:
+            with contextlib.suppress(OSError):  # already closed: fine
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def __enter__(self) -> "_Watchdog":
+        self._timer.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._timer.cancel()
 
 
 def _exchange(url: str, payload: dict[str, Any], key: ApiKey,
@@ -222,19 +246,24 @@ def _exchange(url: str, payload: dict[str, Any], key: ApiKey,
     """
     import httpx  # at first use, so that `import agentbook` stays light
 
-    # Every single wait for data is cut short by the deadline, if nearer.
+    # The first wait (connecting) is cut short by the deadline, if nearer;
+    # after that the watchdog ends any wait still going at the deadline.
     limit = min(timeout, ends_at - time.monotonic())
     if limit <= 0:
         raise ModelError(None, _deadline_reason(deadline))
+    watchdog = _Watchdog(ends_at)
     try:
-        with (httpx.Client(timeout=limit, verify=_tls_context()) as client,
+        with (watchdog,
+              httpx.Client(timeout=limit, verify=_tls_context()) as client,
               client.stream("POST", url, json=payload,
-                            headers={**headers, **key.headers()}) as response):
-            body = _read_body(response.iter_bytes(), ends_at)
-            if body is not None:
-                names = {k.lower(): v for k, v in response.headers.items()}
-                return _Reply(response.status_code, response.reason_phrase,
-                              names, body)
+                            headers={**headers, **key.headers()},
+                            extensions={"trace": watchdog.trace}) as response):
+            names = {k.lower(): v for k, v in response.headers.items()}
+            reply = _Reply(response.status_code, response.reason_phrase,
+                           names, response.read())
+        # A body cut off by the watchdog can look complete; it is not.
+        if not watchdog.fired.is_set():
+            return reply
         reason = _deadline_reason(deadline)
     except httpx.TimeoutException as error:
         reason = (_deadline_reason(deadline) if limit < timeout else
@@ -244,6 +273,8 @@ def _exchange(url: str, payload: dict[str, Any], key: ApiKey,
                   f"({type(error).__name__})")
     except (httpx.HTTPError, httpx.InvalidURL) as error:
         reason = f"the request failed ({type(error).__name__})"
+    if watchdog.fired.is_set():
+        reason = _deadline_reason(deadline)
     # Raised outside the except clauses, so no httpx error is even its
     # context.
     raise ModelError(None, reason)

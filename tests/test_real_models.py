@@ -830,19 +830,26 @@ def test_errors_on_the_messages_path_have_the_messages_api_shape() -> None:
 
 
 @contextlib.contextmanager
-def trickling(interval: float = 0.25) -> Iterator[str]:
-    """A server that sends its headers at once, then one byte of the body every ``interval``."""
+def trickling(interval: float = 0.25, part: str = "body", then_silence: bool = False,
+              ) -> Iterator[str]:
+    """A server that sends one byte every ``interval``: of its headers, or, after headers
+    sent at once, of its body. With ``then_silence`` it sends a single byte and no more."""
     stop = threading.Event()
+    headers = b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\nX-Padding: " + b"x" * 1000
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length", "0")))
             with contextlib.suppress(OSError):
-                self.send_response(200)
-                self.send_header("Content-Length", "1000")
-                self.end_headers()
+                if part == "body":
+                    self.wfile.write(headers.split(b"\r\nX-Padding")[0] + b"\r\n\r\n")
+                    self.wfile.flush()
+                data = iter(headers if part == "headers" else b" " * 1000)
                 while not stop.wait(interval):
-                    self.wfile.write(b" ")
+                    self.wfile.write(bytes([next(data)]))
+                    self.wfile.flush()
+                    if then_silence:
+                        stop.wait()
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
@@ -860,16 +867,28 @@ ADAPTERS: dict[str, Callable[..., Any]] = {
 }
 
 
+@pytest.mark.parametrize("part", ["body", "headers"])
 @pytest.mark.parametrize("adapter", ADAPTERS)
-def test_a_trickling_server_cannot_hold_a_call_past_its_deadline(adapter: str) -> None:
+def test_a_trickling_server_cannot_hold_a_call_past_its_deadline(adapter: str, part: str) -> None:
     # Every read gets its byte well within the timeout; only the deadline can end the call.
-    with trickling(interval=0.05) as url:
+    with trickling(interval=0.05, part=part) as url:
         model = ADAPTERS[adapter](url, timeout=0.4, deadline=0.4)
         started = time.monotonic()
         error = failure(model)
         elapsed = time.monotonic() - started
     assert (error.status, error.reason) == (None, "no complete reply within the deadline of 0.4 s")
     assert 0.35 < elapsed < 1.4
+
+
+def test_a_byte_just_before_the_deadline_buys_no_extra_wait() -> None:
+    # The byte comes at 0.5 s; a fresh wait of the whole timeout would run to 1.3 s.
+    with trickling(interval=0.5, then_silence=True) as url:
+        model = ADAPTERS["openai"](url, timeout=0.8, deadline=0.7)
+        started = time.monotonic()
+        error = failure(model)
+        elapsed = time.monotonic() - started
+    assert error.reason == "no complete reply within the deadline of 0.7 s"
+    assert elapsed < 1.1
 
 
 def test_the_deadline_cuts_a_silent_wait_shorter_than_the_timeout() -> None:
