@@ -330,20 +330,46 @@ def grade_in_pool(submissions: list[Path], autograder: Path, workers: int,
     return {name: scores[name] for name in sorted(scores)}
 
 
-def grade_in_containers(folder: Path, autograder: Path,
+def grade_in_containers(submissions: list[Path], autograder: Path,
                         workers: int) -> dict[str, dict[str, float]]:
-    """Grade a folder with ``otter grade``, in Docker containers, and read its CSV."""
-    with tempfile.TemporaryDirectory(prefix="agentbook-grade-") as output:
-        command = [sys.executable, "-m", "otter", "grade", "-a", str(autograder), "-o", output,
-                   "--containers", str(workers), str(folder)]
-        if subprocess.run(command).returncode != 0:
-            raise GradingError("otter grade failed; its report is above")
-        with open(Path(output, "final_grades.csv"), encoding="utf-8") as file:
-            rows = list(csv.DictReader(file))
-    skip = {"file", "total", "percent_correct"}
-    return {Path(row["file"]).stem: {key: float(value) for key, value in row.items()
-                                      if key not in skip and value != ""}
-            for row in sorted(rows, key=lambda row: row["file"])}
+    """Grade submissions with ``otter grade``, in Docker containers, and read its CSV.
+
+    ``otter grade`` takes one kind of file per call, notebooks or export zips, so each kind
+    present is graded in a call of its own.
+    """
+    scores: dict[str, dict[str, float]] = {}
+    for ext in sorted({path.suffix.lstrip(".") for path in submissions}):
+        paths = [str(path) for path in submissions if path.suffix == f".{ext}"]
+        with tempfile.TemporaryDirectory(prefix="agentbook-grade-") as output:
+            command = [sys.executable, "-m", "otter", "grade", "-a", str(autograder),
+                       "-o", output, "--containers", str(workers), "--ext", ext, *paths]
+            print(f"otter grade: {len(paths)} .{ext} submissions", file=sys.stderr)
+            if subprocess.run(command).returncode != 0:
+                raise GradingError("otter grade failed; its report is above")
+            scores |= read_otter_grades(Path(output, "final_grades.csv"))
+    return {name: scores[name] for name in sorted(scores)}
+
+
+def read_otter_grades(path: Path) -> dict[str, dict[str, float]]:
+    """Per-question scores by submission from the ``final_grades.csv`` that ``otter grade``
+    writes: its first row holds the points possible, and a submission otter could not grade
+    names its error in the grading status."""
+    from otter.grade import utils as columns
+
+    summary = {columns.SCORES_DICT_FILE_KEY, columns.SCORES_DICT_TOTAL_POINTS_KEY,
+               columns.SCORES_DICT_PERCENT_CORRECT_KEY, columns.SCORES_DICT_GRADING_STATUS_KEY}
+    scores: dict[str, dict[str, float]] = {}
+    with open(path, encoding="utf-8") as file:
+        for row in csv.DictReader(file):
+            name = row[columns.SCORES_DICT_FILE_KEY]
+            if name == columns.POINTS_POSSIBLE_LABEL:
+                continue
+            status = row[columns.SCORES_DICT_GRADING_STATUS_KEY]
+            if status != "Completed":
+                raise GradingError(f"{name}: otter could not grade it: {status}")
+            scores[Path(name).stem] = {key: float(value) for key, value in row.items()
+                                       if key not in summary and value != ""}
+    return scores
 
 
 def submissions_in(folder: Path) -> list[Path]:
@@ -455,7 +481,7 @@ def class_command(args: argparse.Namespace) -> int:
               f"{'otter grade (Docker)' if use_docker else 'otter run'}, "
               f"{args.workers} at a time", file=sys.stderr)
         if use_docker:
-            scores = grade_in_containers(folder, autograder, args.workers)
+            scores = grade_in_containers(submissions, autograder, args.workers)
         else:
             graded = grade_in_pool(submissions, autograder, args.workers,
                                    show=lambda line: print(line, end="", file=sys.stderr,

@@ -37,6 +37,7 @@ from scripts.grading import (
     grade_one,
     model_answers,
     question_points,
+    read_otter_grades,
     solution_code,
     wrong_answer_name,
     write_scores,
@@ -164,6 +165,46 @@ def test_a_wrong_answer_loses_points_on_its_own_question_and_no_other(
     others = {question: score.points for question, score in scores.items()
               if question != wrong.question}
     assert others == {question: maximum[question] for question in others}
+
+
+class OtterResults:
+    """What ``otter grade`` reads from each submission's GradingResults to write its CSV."""
+
+    def __init__(self, file: str, scores: dict[str, float], error: str | None = None) -> None:
+        self.file, self.scores, self.catastrophic_error = file, scores, error
+
+    def has_catastrophic_failure(self) -> bool:
+        return self.catastrophic_error is not None
+
+    def to_dict(self) -> dict[str, dict[str, float]]:
+        return {name: {"score": score, "possible": 1.0} for name, score in self.scores.items()}
+
+    possible = property(lambda self: float(len(self.scores)))
+    total = property(lambda self: sum(self.scores.values()))
+    percent = property(lambda self: self.total / self.possible if self.scores else 0.0)
+
+
+def otter_grades_csv(folder: Path, results: list[OtterResults]) -> Path:
+    """A final_grades.csv written by otter's own code, as ``otter grade`` writes it."""
+    from otter.grade.utils import merge_scores_to_df
+
+    path = folder / "final_grades.csv"
+    merge_scores_to_df(results).to_csv(path, index=False)  # type: ignore[arg-type]
+    return path
+
+
+def test_the_grades_otter_grade_writes_are_read_per_question(tmp_path: Path) -> None:
+    path = otter_grades_csv(tmp_path, [OtterResults("ana.ipynb", {"q1": 1.0, "q2": 0.5}),
+                                       OtterResults("bo.zip", {"q1": 0.0, "q2": 1.0})])
+    assert read_otter_grades(path) == {"ana": {"q1": 1.0, "q2": 0.5},
+                                       "bo": {"q1": 0.0, "q2": 1.0}}
+
+
+def test_a_submission_otter_grade_could_not_grade_is_named(tmp_path: Path) -> None:
+    path = otter_grades_csv(tmp_path, [OtterResults("ana.ipynb", {"q1": 1.0}),
+                                       OtterResults("bo.ipynb", {}, error="kernel died")])
+    with pytest.raises(GradingError, match="bo.ipynb: otter could not grade it: kernel died"):
+        read_otter_grades(path)
 
 
 def test_scores_are_written_one_row_per_submission(tmp_path: Path) -> None:
