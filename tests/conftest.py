@@ -60,7 +60,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    if config.getoption("dist") != "loadscope":
+    # Plain `-n N` means xdist's "load", which would scatter a notebook's cells over workers,
+    # each cell in a kernel of its own; scopes keep them together in that case too.
+    if config.getoption("dist") not in ("load", "loadscope"):
         return None
     from xdist.scheduler import LoadScopeScheduling
 
