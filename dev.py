@@ -61,7 +61,7 @@ QUARTO_HELP = (
 PYTEST_PLUGINS = ("--disable-plugin-autoload", "-p", "xdist", "-p", "nbval",
                   "-p", "hypothesispytest")
 # One pytest worker per core. A file's tests, and so each notebook's kernel, stay on one
-# worker, but each test class goes where it fits; tests/conftest.py hands out the slowest
+# worker, but each test class goes where it fits; conftest.py hands out the slowest
 # files first and spreads the grading tests one by one.
 PYTEST_SPREAD = (*PYTEST_PLUGINS, "-n", "auto", "--dist", "loadscope", "--no-loadscope-reorder")
 

@@ -206,11 +206,14 @@ class _Watchdog:
 
     A timeout bounds each single wait, so a server that sends a byte every
     so often never trips it. Shutting the socket down ends any wait at
-    once. httpx hands over the socket through its ``trace`` hook.
+    once. httpx hands over the socket through its ``trace`` hook; we keep
+    a duplicate, because wrapping the socket for TLS detaches the original.
     """
 
     def __init__(self, ends_at: float) -> None:
         self.fired = threading.Event()
+        self._lock = threading.Lock()
+        self._done = False
         self._sockets: list[socket.socket] = []
         self._timer = threading.Timer(max(0.0, ends_at - time.monotonic()),
                                       self._fire)
@@ -218,12 +221,25 @@ class _Watchdog:
 
     def trace(self, event: str, info: dict[str, Any]) -> None:
         if event == "connection.connect_tcp.complete":
-            self._sockets.append(info["return_value"].get_extra_info("socket"))
-            if self.fired.is_set():  # connected just as the deadline came
-                self._fire()
+            raw = info["return_value"].get_extra_info("socket")
+            with self._lock:
+                self._sockets.append(raw.dup())
+                if self.fired.is_set():  # connected just as the deadline came
+                    self._shut_down()
+
+    def stop(self) -> None:
+        """The reply is in: from now on the deadline changes nothing."""
+        with self._lock:
+            self._done = True
+        self._timer.cancel()
 
     def _fire(self) -> None:
-        self.fired.set()
+        with self._lock:
+            if not self._done:
+                self.fired.set()
+                self._shut_down()
+
+    def _shut_down(self) -> None:
         for sock in self._sockets:
             with contextlib.suppress(OSError):  # already closed: fine
                 sock.shutdown(socket.SHUT_RDWR)
@@ -233,7 +249,9 @@ class _Watchdog:
         return self
 
     def __exit__(self, *_: object) -> None:
-        self._timer.cancel()
+        self.stop()
+        for sock in self._sockets:
+            sock.close()  # the duplicates only; httpx closes its own
 
 
 def _exchange(url: str, payload: dict[str, Any], key: ApiKey,
@@ -261,6 +279,7 @@ def _exchange(url: str, payload: dict[str, Any], key: ApiKey,
             names = {k.lower(): v for k, v in response.headers.items()}
             reply = _Reply(response.status_code, response.reason_phrase,
                            names, response.read())
+            watchdog.stop()
         # A body cut off by the watchdog can look complete; it is not.
         if not watchdog.fired.is_set():
             return reply

@@ -263,7 +263,7 @@ def docker_available() -> bool:
 
 @contextmanager
 def grading_environment() -> Iterator[None]:
-    """The environment ``otter run`` grades in, given back unchanged afterwards.
+    """The environment ``otter run`` grades in, given back unchanged afterward.
 
     Otter prepends its conda folder to PATH on every call, so a long-lived process that
     grades many submissions keeps PATH as it was. The kernel draws figures with Agg:
@@ -341,8 +341,9 @@ def grade_in_containers(submissions: list[Path], autograder: Path,
     for ext in sorted({path.suffix.lstrip(".") for path in submissions}):
         paths = [str(path) for path in submissions if path.suffix == f".{ext}"]
         with tempfile.TemporaryDirectory(prefix="agentbook-grade-") as output:
-            command = [sys.executable, "-m", "otter", "grade", "-a", str(autograder),
-                       "-o", output, "--containers", str(workers), "--ext", ext, *paths]
+            command = [sys.executable, "-m", "otter", "grade", "-n", Path(STUDENT).stem,
+                       "-a", str(autograder), "-o", output, "--containers", str(workers),
+                       "--ext", ext, *paths]
             print(f"otter grade: {len(paths)} .{ext} submissions", file=sys.stderr)
             if subprocess.run(command).returncode != 0:
                 raise GradingError("otter grade failed; its report is above")

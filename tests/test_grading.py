@@ -16,6 +16,7 @@ import importlib.metadata
 import os
 import re
 import shutil
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -205,6 +206,30 @@ def test_a_submission_otter_grade_could_not_grade_is_named(tmp_path: Path) -> No
                                        OtterResults("bo.ipynb", {}, error="kernel died")])
     with pytest.raises(GradingError, match="bo.ipynb: otter could not grade it: kernel died"):
         read_otter_grades(path)
+
+
+def test_class_grading_in_containers_calls_otter_grade_once_per_kind_of_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # No Docker here: a stand-in for `otter grade` checks its command line and writes the CSV
+    # otter would, for the files it was given.
+    import scripts.grading as grading
+
+    calls: list[list[str]] = []
+
+    def otter_grade(command: list[str]) -> subprocess.CompletedProcess[str]:
+        calls.append(command)
+        assert command[2:5] == ["otter", "grade", "-n"], command
+        output = Path(command[command.index("-o") + 1])
+        files = command[command.index("--ext") + 2:]
+        otter_grades_csv(output, [OtterResults(Path(f).name, {"q1": 1.0}) for f in files])
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(grading.subprocess, "run", otter_grade)
+    submissions = [tmp_path / "ana.ipynb", tmp_path / "bo.zip", tmp_path / "cy.ipynb"]
+    scores = grading.grade_in_containers(submissions, tmp_path / "autograder.zip", workers=3)
+    assert scores == {"ana": {"q1": 1.0}, "bo": {"q1": 1.0}, "cy": {"q1": 1.0}}
+    assert [command[command.index("--ext") + 1] for command in calls] == ["ipynb", "zip"]
+    assert all(command[command.index("--containers") + 1] == "3" for command in calls)
 
 
 def test_scores_are_written_one_row_per_submission(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import logging
 import re
 import select
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -49,6 +50,7 @@ from agentbook.anatomy import (
     tool_call_message,
     tool_schema_json,
 )
+from agentbook import real_models
 from agentbook.real_models import (
     AnthropicModel,
     ApiKey,
@@ -346,13 +348,17 @@ Body = bytes | dict[str, Any] | list[Any] | None | Callable[[dict[str, str]], di
 
 
 @contextlib.contextmanager
-def loopback(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
-    """Serve ``handler`` on a free loopback port for the block; yield its /v1 address."""
+def loopback(handler: type[BaseHTTPRequestHandler],
+             tls: ssl.SSLContext | None = None) -> Iterator[str]:
+    """Serve ``handler`` on a free loopback port for the block, over TLS if given a context;
+    yield its /v1 address."""
     http = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    if tls is not None:
+        http.socket = tls.wrap_socket(http.socket, server_side=True)
     thread = threading.Thread(target=http.serve_forever, args=(0.01,), daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{http.server_port}/v1"
+        yield f"{'https' if tls else 'http'}://127.0.0.1:{http.server_port}/v1"
     finally:
         http.shutdown()
         http.server_close()
@@ -831,7 +837,7 @@ def test_errors_on_the_messages_path_have_the_messages_api_shape() -> None:
 
 @contextlib.contextmanager
 def trickling(interval: float = 0.25, part: str = "body", then_silence: bool = False,
-              ) -> Iterator[str]:
+              tls: ssl.SSLContext | None = None) -> Iterator[str]:
     """A server that sends one byte every ``interval``: of its headers, or, after headers
     sent at once, of its body. With ``then_silence`` it sends a single byte and no more."""
     stop = threading.Event()
@@ -855,7 +861,7 @@ def trickling(interval: float = 0.25, part: str = "body", then_silence: bool = F
             pass
 
     try:
-        with loopback(Handler) as url:
+        with loopback(Handler, tls) as url:
             yield url
     finally:
         stop.set()
@@ -881,7 +887,8 @@ def test_a_trickling_server_cannot_hold_a_call_past_its_deadline(adapter: str, p
 
 
 def test_a_byte_just_before_the_deadline_buys_no_extra_wait() -> None:
-    # The byte comes at 0.5 s; a fresh wait of the whole timeout would run to 1.3 s.
+    # The byte comes at 0.5 s; without the watchdog the next wait, of up to 0.7 s (the
+    # timeout, cut to the deadline at the start), would run to about 1.2 s.
     with trickling(interval=0.5, then_silence=True) as url:
         model = ADAPTERS["openai"](url, timeout=0.8, deadline=0.7)
         started = time.monotonic()
@@ -889,6 +896,49 @@ def test_a_byte_just_before_the_deadline_buys_no_extra_wait() -> None:
         elapsed = time.monotonic() - started
     assert error.reason == "no complete reply within the deadline of 0.7 s"
     assert elapsed < 1.1
+
+
+# A self-signed certificate for 127.0.0.1, made once with openssl and valid until 2126. It
+# protects nothing: it lets a loopback server speak TLS to an adapter that trusts it.
+TLS_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tls"
+
+
+def test_the_deadline_holds_over_https(monkeypatch: pytest.MonkeyPatch) -> None:
+    # TLS wraps the socket httpx connected, so the watchdog must reach it through TLS too.
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(TLS_FIXTURES / "cert.pem", TLS_FIXTURES / "key.pem")
+    client = ssl.create_default_context(cafile=TLS_FIXTURES / "cert.pem")
+    monkeypatch.setattr(real_models, "_tls_context", lambda: client)
+    with trickling(interval=0.05, part="headers", tls=server) as url:
+        model = ADAPTERS["openai"](url, timeout=0.4, deadline=0.4)
+        started = time.monotonic()
+        error = failure(model)
+        elapsed = time.monotonic() - started
+    assert error.reason == "no complete reply within the deadline of 0.4 s"
+    assert elapsed < 1.4
+
+
+def test_a_reply_over_https_still_arrives(monkeypatch: pytest.MonkeyPatch) -> None:
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(TLS_FIXTURES / "cert.pem", TLS_FIXTURES / "key.pem")
+    client = ssl.create_default_context(cafile=TLS_FIXTURES / "cert.pem")
+    monkeypatch.setattr(real_models, "_tls_context", lambda: client)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            body = json.dumps(COMPLETION).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    with loopback(Handler, server) as url:
+        reply = ADAPTERS["openai"](url, timeout=5.0, deadline=5.0).chat(OPENING)
+    assert reply["content"] == "Done."
 
 
 def test_the_deadline_cuts_a_silent_wait_shorter_than_the_timeout() -> None:

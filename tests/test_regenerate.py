@@ -1,11 +1,12 @@
 """Regenerating the book from its chapters changes nothing that is committed.
 
 No output may depend on the order in which a set or a dict of strings happens to iterate, so
-every output is checked under two hash seeds. nbval executes each chapter under seed 0
-(tests/conftest.py sets it for every process the suite starts) and compares every output,
-figures and run data included, with the stored one. This test regenerates a copy of the whole
-book under seed 4242, the package and the written figure files too, and requires it to come
-out identical to the committed tree. The chapters run twice in the suite, not three times.
+every output is checked under two hash seeds. nbval executes each chapter under seed 0 (the
+repository's conftest.py sets it for every process the suite starts) and compares every
+output, figures and run data included, with the stored one. This test regenerates a copy of
+the whole book under seed 4242, the package and the written figure files too, and requires
+it to come out identical to the committed tree. The chapters run twice in the suite, not
+three times.
 """
 
 import os
