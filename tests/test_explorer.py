@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -427,94 +428,84 @@ def step_through(page: Any, panel: Any, data: dict[str, Any], use_keys: bool) ->
     return positions
 
 
+@pytest.fixture(scope="module")
+def browser(rendered: Path) -> Iterator[Any]:
+    """Headless Chromium for this file's page tests, started once."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=chromium_path(),
+                                              args=CHROMIUM_FLAGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
 def page_runs(page: Any) -> list[dict[str, Any]]:
     """The run documents the page carries, in page order."""
     return [json.loads(text) for text in
             page.locator("script.run-explorer-data").all_text_contents()]
 
 
-def test_explorer_steps_through_every_run_as_its_data_says(rendered: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium_path(),
-                                             args=CHROMIUM_FLAGS)
-        try:
-            page, failures, outside = open_offline(browser, rendered)
-            roots = page.locator("div.run-explorer")
-            datasets = page_runs(page)
-            # The chapter's runs are on the page exactly as the package makes them today.
-            assert datasets == [exported(run, title) for title, run in chapter_runs().items()]
-            assert page.locator("div.run-explorer.rx-ready").count() == len(datasets)
-            for number, data in enumerate(datasets):
-                panel = roots.nth(number).locator("section.rx-panel")
-                # The readable transcript is still there, folded under the stepper.
-                assert roots.nth(number).locator("details pre").count() == 1
-                step_through(page, panel, data, use_keys=number % 2 == 1)
-                panel.focus()
-                panel.press("Home")
-                assert panel.get_attribute("data-rx-step") == "0"
-                panel.press("End")
-                assert panel.get_attribute("data-rx-step") == str(len(data["steps"]))
-                panel.press("ArrowLeft")
-                assert panel.get_attribute("data-rx-step") == str(len(data["steps"]) - 1)
-            # Offline, the page asks for nothing outside the book and raises no error.
-            assert (failures, outside) == ([], [])
-        finally:
-            browser.close()
+def test_explorer_steps_through_every_run_as_its_data_says(rendered: Path, browser: Any) -> None:
+    page, failures, outside = open_offline(browser, rendered)
+    roots = page.locator("div.run-explorer")
+    datasets = page_runs(page)
+    # The chapter's runs are on the page exactly as the package makes them today.
+    assert datasets == [exported(run, title) for title, run in chapter_runs().items()]
+    assert page.locator("div.run-explorer.rx-ready").count() == len(datasets)
+    for number, data in enumerate(datasets):
+        panel = roots.nth(number).locator("section.rx-panel")
+        # The readable transcript is still there, folded under the stepper.
+        assert roots.nth(number).locator("details pre").count() == 1
+        step_through(page, panel, data, use_keys=number % 2 == 1)
+        panel.focus()
+        panel.press("Home")
+        assert panel.get_attribute("data-rx-step") == "0"
+        panel.press("End")
+        assert panel.get_attribute("data-rx-step") == str(len(data["steps"]))
+        panel.press("ArrowLeft")
+        assert panel.get_attribute("data-rx-step") == str(len(data["steps"]) - 1)
+    # Offline, the page asks for nothing outside the book and raises no error.
+    assert (failures, outside) == ([], [])
 
 
-def test_denial_and_budget_are_shown_at_the_right_steps(rendered: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium_path(),
-                                             args=CHROMIUM_FLAGS)
-        try:
-            page, _, _ = open_offline(browser, rendered)
-            titles = [data["title"] for data in page_runs(page)]
-            panels = page.locator("section.rx-panel")
-            panel = panels.nth(titles.index("The over-reaching model under refund_gate"))
-            panel.locator('button[aria-label="Next step"]').click()
-            denied = panel.locator("[data-rx=proposal].rx-denied")
-            assert denied.count() == 1 and DENIAL in denied.inner_text()
-            assert "Step 2 of 5: model call 2, refund_order denied" == \
-                panel.locator("[data-rx=position]").inner_text()
-            assert panel.locator("[data-rx=position]").get_attribute("aria-live") == "polite"
-            wanderer = titles.index("The wanderer, stopped by the token budget")
-            data = page_runs(page)[wanderer]
-            panel = panels.nth(wanderer)
-            panel.focus()
-            panel.press("End")  # the ending: the prompt that was not sent, over budget
-            bar = panel.locator(".rx-bar.rx-over[role=meter]")
-            unsent = data["ending"]["unsent_prompt_tokens"]
-            assert bar.get_attribute("aria-valuenow") == str(unsent)
-            box, fill = bar.bounding_box(), bar.locator(".rx-fill").bounding_box()
-            assert box is not None and fill is not None and fill["width"] >= box["width"] - 3
-            panel.press("ArrowLeft")  # the last call sent: under budget, not marked over
-            last = data["steps"][-1]["prompt_tokens"]
-            bar = panel.locator(".rx-bar[role=meter]")
-            assert (bar.get_attribute("aria-valuenow"), bar.get_attribute("class")) == \
-                (str(last), "rx-bar")
-            assert last <= data["limits"]["max_prompt_tokens"] < unsent
-        finally:
-            browser.close()
+def test_denial_and_budget_are_shown_at_the_right_steps(rendered: Path, browser: Any) -> None:
+    page, _, _ = open_offline(browser, rendered)
+    titles = [data["title"] for data in page_runs(page)]
+    panels = page.locator("section.rx-panel")
+    panel = panels.nth(titles.index("The over-reaching model under refund_gate"))
+    panel.locator('button[aria-label="Next step"]').click()
+    denied = panel.locator("[data-rx=proposal].rx-denied")
+    assert denied.count() == 1 and DENIAL in denied.inner_text()
+    assert "Step 2 of 5: model call 2, refund_order denied" == \
+        panel.locator("[data-rx=position]").inner_text()
+    assert panel.locator("[data-rx=position]").get_attribute("aria-live") == "polite"
+    wanderer = titles.index("The wanderer, stopped by the token budget")
+    data = page_runs(page)[wanderer]
+    panel = panels.nth(wanderer)
+    panel.focus()
+    panel.press("End")  # the ending: the prompt that was not sent, over budget
+    bar = panel.locator(".rx-bar.rx-over[role=meter]")
+    unsent = data["ending"]["unsent_prompt_tokens"]
+    assert bar.get_attribute("aria-valuenow") == str(unsent)
+    box, fill = bar.bounding_box(), bar.locator(".rx-fill").bounding_box()
+    assert box is not None and fill is not None and fill["width"] >= box["width"] - 3
+    panel.press("ArrowLeft")  # the last call sent: under budget, not marked over
+    last = data["steps"][-1]["prompt_tokens"]
+    bar = panel.locator(".rx-bar[role=meter]")
+    assert (bar.get_attribute("aria-valuenow"), bar.get_attribute("class")) == \
+        (str(last), "rx-bar")
+    assert last <= data["limits"]["max_prompt_tokens"] < unsent
 
 
-def test_fallback_transcript_shows_when_scripts_are_off(rendered: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium_path(),
-                                             args=CHROMIUM_FLAGS)
-        try:
-            page, _, _ = open_offline(browser, rendered, scripts=False)
-            transcripts = page.locator("div.run-explorer > pre.run-explorer-transcript")
-            assert transcripts.count() == page.locator("div.run-explorer").count() >= 1
-            assert transcripts.first.is_visible()
-            text = html.unescape(transcripts.first.inner_text())
-            assert text.startswith(json.loads(
-                page.locator("script.run-explorer-data").first.text_content() or "")["title"])
-            assert page.locator("section.rx-panel").count() == 0
-        finally:
-            browser.close()
+def test_fallback_transcript_shows_when_scripts_are_off(rendered: Path, browser: Any) -> None:
+    page, _, _ = open_offline(browser, rendered, scripts=False)
+    transcripts = page.locator("div.run-explorer > pre.run-explorer-transcript")
+    assert transcripts.count() == page.locator("div.run-explorer").count() >= 1
+    assert transcripts.first.is_visible()
+    text = html.unescape(transcripts.first.inner_text())
+    assert text.startswith(json.loads(
+        page.locator("script.run-explorer-data").first.text_content() or "")["title"])
+    assert page.locator("section.rx-panel").count() == 0

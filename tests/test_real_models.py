@@ -382,7 +382,7 @@ class CannedServer:
 
 
 @contextlib.contextmanager
-def canned(*replies: Reply) -> Iterator[CannedServer]:
+def canned(*replies: Reply, tls: ssl.SSLContext | None = None) -> Iterator[CannedServer]:
     """A loopback server answering each POST with the next reply; the last one repeats."""
     pending = list(replies)
     requests: list[dict[str, Any]] = []
@@ -410,7 +410,7 @@ def canned(*replies: Reply) -> Iterator[CannedServer]:
             pass
 
     try:
-        with loopback(Handler) as url:
+        with loopback(Handler, tls) as url:
             yield CannedServer(url, requests)
     finally:
         release.set()
@@ -903,13 +903,19 @@ def test_a_byte_just_before_the_deadline_buys_no_extra_wait() -> None:
 TLS_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tls"
 
 
-def test_the_deadline_holds_over_https(monkeypatch: pytest.MonkeyPatch) -> None:
-    # TLS wraps the socket httpx connected, so the watchdog must reach it through TLS too.
+@pytest.fixture
+def tls_server(monkeypatch: pytest.MonkeyPatch) -> ssl.SSLContext:
+    """A TLS context for a loopback server, whose certificate the adapters then trust."""
     server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     server.load_cert_chain(TLS_FIXTURES / "cert.pem", TLS_FIXTURES / "key.pem")
     client = ssl.create_default_context(cafile=TLS_FIXTURES / "cert.pem")
     monkeypatch.setattr(real_models, "_tls_context", lambda: client)
-    with trickling(interval=0.05, part="headers", tls=server) as url:
+    return server
+
+
+def test_the_deadline_holds_over_https(tls_server: ssl.SSLContext) -> None:
+    # TLS wraps the socket httpx connected, so the watchdog must reach it through TLS too.
+    with trickling(interval=0.05, part="headers", tls=tls_server) as url:
         model = ADAPTERS["openai"](url, timeout=0.4, deadline=0.4)
         started = time.monotonic()
         error = failure(model)
@@ -918,26 +924,9 @@ def test_the_deadline_holds_over_https(monkeypatch: pytest.MonkeyPatch) -> None:
     assert elapsed < 1.4
 
 
-def test_a_reply_over_https_still_arrives(monkeypatch: pytest.MonkeyPatch) -> None:
-    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    server.load_cert_chain(TLS_FIXTURES / "cert.pem", TLS_FIXTURES / "key.pem")
-    client = ssl.create_default_context(cafile=TLS_FIXTURES / "cert.pem")
-    monkeypatch.setattr(real_models, "_tls_context", lambda: client)
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            body = json.dumps(COMPLETION).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    with loopback(Handler, server) as url:
-        reply = ADAPTERS["openai"](url, timeout=5.0, deadline=5.0).chat(OPENING)
+def test_a_reply_over_https_still_arrives(tls_server: ssl.SSLContext) -> None:
+    with canned(Reply(), tls=tls_server) as server:
+        reply = ADAPTERS["openai"](server.url, timeout=5.0, deadline=5.0).chat(OPENING)
     assert reply["content"] == "Done."
 
 
