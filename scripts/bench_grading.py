@@ -62,8 +62,9 @@ def main(argv: list[str] | None = None) -> int:
         elapsed = time.perf_counter() - started
         print(file=sys.stderr)
         if args.csv:
-            write_scores(args.csv, {name: {q: s.points for q, s in row.items()}
-                                    for name, row in scores.items()})
+            maximum = {q: max(row.scores[q].points for row in scores.values()
+                              if q in row.scores) for q in scores[min(scores)].scores}
+            write_scores(args.csv, scores, maximum)
     print(f"graded {len(scores)} submissions in {elapsed:.1f} s: "
           f"{len(scores) / elapsed * 60:.1f} submissions per minute, "
           f"{elapsed / len(scores):.2f} s each")
