@@ -433,3 +433,13 @@ def test_two_files_for_one_student_are_refused_before_grading(
     assert status == 2
     assert "x.ipynb and x.zip" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_every_hidden_test_says_what_it_checks() -> None:
+    source = nbformat.read(SOURCE, as_version=4)
+    configs = [yaml.safe_load(cell.source.split('"""')[1].split("\n", 1)[1])
+               for cell in source.cells
+               if cell.cell_type == "code" and "# BEGIN TEST CONFIG" in cell.source]
+    hidden = [config for config in configs if config.get("hidden")]
+    assert len(hidden) == 20
+    assert all(config["failure_message"].startswith("Hidden test: checks") for config in hidden)
