@@ -389,7 +389,7 @@ def small_submission(*sources: str) -> str:
         cells=[nbformat.v4.new_code_cell(source) for source in sources]))
 
 
-def test_a_class_with_a_hang_a_corrupt_file_and_a_dead_kernel_is_graded_completely(
+def test_a_class_with_a_hang_a_typo_a_corrupt_file_and_a_dead_kernel_is_graded(
         built: tuple[dict[str, str], Path], tmp_path: Path) -> None:
     # Short notebooks keep this cheap: a kernel each, and every question's tests run once.
     q7b = ("from typing import Any\nfrom collections.abc import Mapping\n"
@@ -399,9 +399,7 @@ def test_a_class_with_a_hang_a_corrupt_file_and_a_dead_kernel_is_graded_complete
     folder.mkdir()
     (folder / "loops.ipynb").write_text(small_submission(
         q7b, 'grader.check("anatomy_q7b")', "while True:\n    pass",
-        'grader.check("anatomy_q5a")'))
-    (folder / "typo.ipynb").write_text(small_submission(
-        q7b + "\n)", 'grader.check("anatomy_q7b")'))
+        'grader.check("anatomy_q5a")', "x = (", 'grader.check("anatomy_q4c")'))
     (folder / "dies.ipynb").write_text(small_submission("import os\nos._exit(1)"))
     (folder / "page.ipynb").write_text("<!DOCTYPE html><html><body>Not found</body></html>")
     status = grading_main(["class", str(folder), "-o", str(tmp_path / "out"), "--timeout",
@@ -410,7 +408,7 @@ def test_a_class_with_a_hang_a_corrupt_file_and_a_dead_kernel_is_graded_complete
     assert status == 1  # the summary names the files with problems
     rows = {row["student"]: row for row in csv.DictReader(
         (tmp_path / "out/grades.csv").open(encoding="utf-8"))}
-    assert list(rows) == ["points possible", "dies", "loops", "page", "typo"]
+    assert list(rows) == ["points possible", "dies", "loops", "page"]
     assert (rows["loops"]["anatomy_q7b"], rows["loops"]["anatomy_q5a"]) == ("2.00", "0.00")
     assert rows["loops"]["status"].startswith("anatomy_q5a: cell")
     assert "time limit" in rows["loops"]["status"]
@@ -418,11 +416,11 @@ def test_a_class_with_a_hang_a_corrupt_file_and_a_dead_kernel_is_graded_complete
     assert rows["page"]["status"].startswith("unreadable: NotJSONError")
     assert rows["page"]["total"] == rows["dies"]["total"] == "0.00"
     # A cell that raised is named, not the symptom a later test saw.
-    assert "raised SyntaxError" in rows["typo"]["status"]
-    feedback = (tmp_path / "out/feedback/typo.txt").read_text()
-    q7b = feedback.split("\nanatomy_q7b:")[1].split("\nanatomy_")[0]
-    assert "raised SyntaxError" in q7b and "test" in q7b and "NoneType" not in q7b
-
+    assert "anatomy_q4c: cell" in rows["loops"]["status"]
+    assert "raised SyntaxError" in rows["loops"]["status"]
+    feedback = (tmp_path / "out/feedback/loops.txt").read_text()
+    q4c = feedback.split("\nanatomy_q4c:")[1].split("\nanatomy_")[0]
+    assert "raised SyntaxError" in q4c and "test" in q4c and "NoneType" not in q4c
 
 def test_two_files_for_one_student_are_refused_before_grading(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
