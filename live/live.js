@@ -337,6 +337,8 @@ class LiveBook {
   }
 
   runTo(cell) {
+    cell.output.removeAttribute("data-status");
+    cell.status.textContent = "waiting…";
     return this.enqueue(async () => {
       const index = this.cells.indexOf(cell);
       for (const above of this.cells.slice(0, index)) {
