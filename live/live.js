@@ -118,6 +118,13 @@ class Cell {
     this.output.hidden = true;
     box.append(this.editor, bar);
     const source = this.div.querySelector("div.sourceCode");
+    const shown = source && source.querySelector("pre");
+    if (shown) {
+      // The editor takes the code block's font and size, which hold 79 characters a line.
+      const style = getComputedStyle(shown);
+      this.editor.style.fontFamily = style.fontFamily;
+      this.editor.style.fontSize = style.fontSize;
+    }
     this.div.insertBefore(box, source);
     if (source) source.hidden = true;
     this.div.append(this.output);
@@ -224,6 +231,8 @@ class Exercises {
     editor.spellcheck = false;
     editor.setAttribute("aria-label", "Your answer to " + step.id);
     editor.value = localStorage.getItem(this.key(step.id)) ?? step.source;
+    const code = document.querySelector("div.sourceCode pre");
+    if (code) editor.style.fontSize = getComputedStyle(code).fontSize;
     const fit = () => { editor.rows = Math.max(3, editor.value.split("\n").length); };
     editor.addEventListener("input", () => {
       localStorage.setItem(this.key(step.id), editor.value);

@@ -16,9 +16,9 @@
 Targets: set-up under 40 s and the test suite under 30 s on a 2-core machine; a chapter
 under 10 s; `import agentbook` within 60 ms of `python -c pass`; the loop within 1.2 times
 a bare loop; in the page, the first cell's output at most 5 s after the page loads, "Run all"
-at most 15 s and at most 15 MB downloaded. Machines are shared and noisy, so this reports the median and the spread,
-never a single run, and for commands the processor time they used, which a busy machine
-inflates less than the time on the clock.
+at most 15 s and at most 15 MB downloaded. Machines are shared and noisy, so this reports
+the median and the spread, never a single run, and for commands the processor time they
+used, which a busy machine inflates less than the time on the clock.
 """
 
 from __future__ import annotations
@@ -259,18 +259,18 @@ ALL_DONE = ("() => [...document.querySelectorAll('[data-live-output]')]"
             ".every(o => o.dataset.status)")
 
 
-def serve_counting(book: Path) -> tuple[Any, list[int]]:
+def serve_counting(book: Path) -> tuple[Any, list[tuple[str, int]]]:
     """Serve `book` on a free local port, as `python3 -m http.server` does, counting bytes."""
     import functools
     import http.server
     import threading
 
-    sent: list[int] = []
+    sent: list[tuple[str, int]] = []
 
     class Counting(http.server.SimpleHTTPRequestHandler):
         def copyfile(self, source: Any, outputfile: Any) -> None:
             data = source.read()
-            sent.append(len(data))
+            sent.append((self.path, len(data)))
             outputfile.write(data)
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
@@ -282,7 +282,8 @@ def serve_counting(book: Path) -> tuple[Any, list[int]]:
     return server, sent
 
 
-def live_sample(browser: Any, origin: str, sent: list[int]) -> tuple[float, float, int]:
+def live_sample(browser: Any, origin: str,
+                sent: list[tuple[str, int]]) -> tuple[float, float, int, int]:
     """One reader: a first visit (empty cache) runs the first cell; a second runs them all."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     context.route("**/*", lambda route: route.continue_() if route.request.url.startswith(
@@ -295,7 +296,8 @@ def live_sample(browser: Any, origin: str, sent: list[int]) -> tuple[float, floa
     first.locator("[data-live-output][data-status]").wait_for(timeout=120_000)
     first_output = page.evaluate("() => performance.now()") / 1000
     page.wait_for_load_state("networkidle")
-    downloaded = sum(sent)
+    downloaded = sum(size for _, size in sent)
+    runtime = sum(size for path, size in sent if path.startswith("/live/"))
     again = context.new_page()  # the same reader later: the browser's cache is warm
     again.goto(origin + LIVE_PAGE)
     again.wait_for_selector(".live-toolbar")
@@ -304,7 +306,7 @@ def live_sample(browser: Any, origin: str, sent: list[int]) -> tuple[float, floa
     again.wait_for_function(ALL_DONE, timeout=300_000, polling=50)
     run_all = time.perf_counter() - started
     context.close()
-    return first_output, run_all, downloaded
+    return first_output, run_all, downloaded, runtime
 
 
 def bench_live(book: Path, runs: int) -> None:
@@ -327,6 +329,7 @@ def bench_live(book: Path, runs: int) -> None:
     report("page load to the first cell's output", [s[0] for s in samples])
     report('"Run all" (every live cell, warm cache)', [s[1] for s in samples])
     report("bytes downloaded on a first visit", [s[2] for s in samples], "MB", 1e-6)
+    report("  of which Python: Pyodide, wheel, runtime", [s[3] for s in samples], "MB", 1e-6)
 
 
 def main(argv: list[str] | None = None) -> int:
