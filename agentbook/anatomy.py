@@ -869,7 +869,7 @@ def run_chain(model: Any, tools: dict[str, ToolSpec], gate: Gate,
     return str(reply["content"])
 
 
-# From chapters/01_anatomy.ipynb, cell run-parallel
+# From chapters/01_anatomy.ipynb, cell map-calls
 # CPython's WebAssembly builds (Pyodide in a browser, WASI) cannot start a
 # thread; there the calls run one after another, with the same results.
 THREADS_AVAILABLE = sys.platform not in ("emscripten", "wasi")
@@ -884,6 +884,7 @@ def map_calls(function: Callable[[Any], Any], items: list[Any]) -> list[Any]:
         return list(pool.map(function, items))
 
 
+# From chapters/01_anatomy.ipynb, cell run-parallel
 def run_parallel(model: Any, tools: dict[str, ToolSpec], gate: Gate,
                  meter: Meter) -> str:
     """Parallel fan-out: independent reads at once, then act on the join.
