@@ -44,6 +44,11 @@ BROWSER_LACKS = {
     "socket": "opens sockets, which the page's Python cannot",
     "subprocess": "starts another program, which a browser cannot",
 }
+# Cells whose own job has no meaning in the page, by notebook cell id, with the reason.
+NOT_IN_PAGE = {
+    "install-agentbook": "installs agentbook on Colab; the page has it already",
+    "colab-install": "installs agentbook on Colab; the page has it already",
+}
 WHEEL_TIME = (1980, 1, 1, 0, 0, 0)  # a fixed date: the same wheel bytes on every render
 # A code cell's div, which Quarto follows with the cell's source block (a diagram's is not).
 CELL_DIV = re.compile(r'<div (?:id="([^"]*)" )?class="cell"(?=[^>]*>\s*<div class="sourceCode)')
@@ -105,8 +110,9 @@ def classify(cells: list[dict[str, object]]) -> list[str | None]:
         tree = ast.parse(source)
         bound, used = bound_and_used(tree)
         used -= bound  # a name the cell sets itself is not read from an earlier cell
-        reason = ("shows a call to a served model, which the book never makes"
-                  if cell_options(source).get("eval") == "false" else lacking_module(tree))
+        reason = NOT_IN_PAGE.get(str(cell.get("id")), (
+            "shows a call to a served model, which the book never makes"
+            if cell_options(source).get("eval") == "false" else lacking_module(tree)))
         reason = reason or next((static_names[name] for name in sorted(used)
                                  if name in static_names), None)
         for name in bound:

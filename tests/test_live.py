@@ -44,12 +44,14 @@ def test_cells_that_need_only_agentbook_run_and_the_rest_say_why() -> None:
         cell("import httpx"),
         cell("#| eval: false\nprint(1)"),
         cell("import opentelemetry.trace"),
+        cell("import sys", "install-agentbook"),  # its job is done in the page already
     ])
     assert reasons == [None, "draws a figure with matplotlib",
                        "draws a figure with matplotlib", None,
                        "talks HTTP, which the page's Python cannot",
                        "shows a call to a served model, which the book never makes",
-                       "imports opentelemetry, which the page's Python does not have"]
+                       "imports opentelemetry, which the page's Python does not have",
+                       "installs agentbook on Colab; the page has it already"]
 
 
 def test_at_least_nine_in_ten_of_the_chapters_cells_run_in_the_page() -> None:
