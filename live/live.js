@@ -304,6 +304,19 @@ class LiveBook {
     }
     this.toolbar();
     this.exercises();
+    // Python starts loading with the page, so that it is ready when the reader first runs a
+    // cell, unless the reader's browser asks to save data; then the first Run loads it.
+    if (!navigator.connection?.saveData) this.warm();
+  }
+
+  warm() {
+    this.say("Python is loading (about 14 MB, once; the browser keeps it)…");
+    const generation = this.generation;
+    this.python.call({ action: "load" }).then(() => {
+      if (generation === this.generation && !this.cells.some((cell) => cell.running)) {
+        this.say("Python is ready: run any cell, or Run all.");
+      }
+    }, () => undefined);
   }
 
   toolbar() {
@@ -314,7 +327,7 @@ class LiveBook {
     const stop = button("Stop");
     const reset = button("Reset");
     this.state = element("span", "live-state",
-      "The cells run in this page; Python loads on the first Run (about 14 MB, once).");
+      "The cells run in this page; Python loads at the first Run (about 14 MB, once).");
     this.state.setAttribute("aria-live", "polite");
     runAll.addEventListener("click", () => this.runAll());
     stop.addEventListener("click", () => this.stop());
