@@ -90,6 +90,19 @@ def test_the_wheel_holds_the_package_and_is_the_same_bytes_each_time(tmp_path: P
     assert all(f"{name},sha256=" in record for name in modules)
 
 
+def test_pyodide_is_copied_only_when_each_file_has_its_pinned_hash(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    package = tmp_path / "node_modules" / "pyodide"
+    monkeypatch.setattr(live_book, "LIVE", tmp_path)
+    monkeypatch.setattr(live_book.shutil, "which", lambda name: None)
+    assert live_book.copy_core(tmp_path / "out") is False  # not installed: the book stays static
+    package.mkdir(parents=True)
+    for name in live_book.CORE["files"]:
+        (package / name).write_bytes(b"not pyodide")
+    with pytest.raises(SystemExit, match="is not the pinned Pyodide"):
+        live_book.copy_core(tmp_path / "out")
+
+
 def test_the_exercise_steps_pair_each_answer_with_its_check() -> None:
     notebook = ROOT / "exercises" / "anatomy-exercises.ipynb"
     steps = live_book.exercise_steps(notebook)
