@@ -309,8 +309,8 @@ class LiveBook {
     if (!navigator.connection?.saveData) this.warm();
   }
 
-  warm() {
-    this.say("Python is loading (about 14 MB, once; the browser keeps it)…");
+  warm(why = "Python is loading (about 14 MB, once; the browser keeps it)") {
+    this.say(why + "…");
     const generation = this.generation;
     this.python.call({ action: "load" }).then(() => {
       if (generation === this.generation && !this.cells.some((cell) => cell.running)) {
@@ -394,15 +394,16 @@ class LiveBook {
     for (const cell of this.cells) cell.ran = false;
   }
 
+  // Both start a fresh Python at once; a run after them reruns the cells above it first.
   stop() {
     this.restart();
-    this.say("stopped; the next run starts a fresh Python and reruns the cells above");
+    this.warm("Stopped. A fresh Python is starting");
   }
 
   reset() {
     this.restart();
     for (const cell of this.cells) cell.reset();
-    this.say("reset: the book's code, and a fresh Python at the next run");
+    this.warm("Reset to the book's code. A fresh Python is starting");
   }
 }
 
