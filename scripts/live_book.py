@@ -240,7 +240,8 @@ def build_wheel(folder: Path) -> Path:
     """A pure-Python wheel of agentbook/ (PEP 427), the same bytes for the same sources.
 
     Written here rather than by a build backend, which Quarto's Python may lack and would
-    fetch from a package index; the page unpacks it and needs nothing more.
+    fetch from a package index; the page unpacks it and needs nothing more. It names no
+    dependency: httpx is imported only by the HTTP adapters, which the page does not run.
     """
     version = package_version()
     info = f"agentbook-{version}.dist-info"
