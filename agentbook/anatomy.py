@@ -12,6 +12,7 @@ import io
 from pathlib import Path
 from collections import Counter
 import threading
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 __all__ = [
@@ -49,6 +50,8 @@ __all__ = [
     "resume_agent",
     "Meter",
     "run_chain",
+    "THREADS_AVAILABLE",
+    "map_calls",
     "run_parallel",
     "run_router",
     "run_evaluator",
@@ -866,22 +869,37 @@ def run_chain(model: Any, tools: dict[str, ToolSpec], gate: Gate,
     return str(reply["content"])
 
 
+# From chapters/01_anatomy.ipynb, cell map-calls
+# CPython's WebAssembly builds (Pyodide in a browser, WASI) cannot start a
+# thread; there the calls run one after another, with the same results.
+THREADS_AVAILABLE = sys.platform not in ("emscripten", "wasi")
+
+
+def map_calls(function: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+    """``function`` over ``items`` on threads where there are threads,
+    else in order; the results come back in ``items`` order either way."""
+    if not THREADS_AVAILABLE:
+        return [function(item) for item in items]
+    with ThreadPoolExecutor(max_workers=len(items)) as pool:
+        return list(pool.map(function, items))
+
+
 # From chapters/01_anatomy.ipynb, cell run-parallel
 def run_parallel(model: Any, tools: dict[str, ToolSpec], gate: Gate,
                  meter: Meter) -> str:
     """Parallel fan-out: independent reads at once, then act on the join.
 
-    The two reads run on two threads at the same time. ``map`` hands back
-    their results in the order the calls were listed, whichever finished
+    The two reads run on two threads at the same time (in turn where there
+    are none). ``map`` hands back their results in the order the calls were
+    listed, whichever finished
     first, so the joined record (and the prompt) never changes. Code then
     refunds what the order says was paid and asks the model once.
     """
     reads = [ToolCall("p1", "lookup_order", {"order_id": "A-17"}),
              ToolCall("p2", "read_policy", {})]
-    with ThreadPoolExecutor(max_workers=len(reads)) as pool:
-        results = pool.map(lambda c: meter.execute(c, tools, gate), reads)
-        observed = {call.name: seen
-                    for call, seen in zip(reads, results, strict=True)}
+    results = map_calls(lambda c: meter.execute(c, tools, gate), reads)
+    observed = {call.name: seen
+                for call, seen in zip(reads, results, strict=True)}
     if not observed["lookup_order"].ok:
         return _no_refund(observed["lookup_order"])
     joined = {name: seen.content for name, seen in observed.items()}

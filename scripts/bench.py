@@ -10,12 +10,15 @@
                                                  kernel's imports
     python -m scripts.bench loop [--runs N]      run_agent against a bare loop doing the
                                                  same work on the same scenario
+    python -m scripts.bench live [--runs N]      the rendered book's live cells in Chromium
+                                                 (render first): first output, Run all, bytes
 
 Targets: set-up under 40 s and the test suite under 30 s on a 2-core machine; a chapter
 under 10 s; `import agentbook` within 60 ms of `python -c pass`; the loop within 1.2 times
-a bare loop. Machines are shared and noisy, so this reports the median and the spread,
-never a single run, and for commands the processor time they used, which a busy machine
-inflates less than the time on the clock.
+a bare loop; in the page, the first cell's output at most 5 s after the page loads, "Run all"
+at most 15 s and at most 15 MB downloaded. Machines are shared and noisy, so this reports
+the median and the spread, never a single run, and for commands the processor time they
+used, which a busy machine inflates less than the time on the clock.
 """
 
 from __future__ import annotations
@@ -249,12 +252,95 @@ def bench_loop(runs: int, repeats: int = 200) -> None:
           flush=True)
 
 
+# --- The live book in the browser --------------------------------------------------------------
+
+LIVE_PAGE = "chapters/01_anatomy.html"
+ALL_DONE = ("() => [...document.querySelectorAll('[data-live-output]')]"
+            ".every(o => o.dataset.status)")
+
+
+def serve_counting(book: Path) -> tuple[Any, list[tuple[str, int]]]:
+    """Serve `book` on a free local port, as `python3 -m http.server` does, counting bytes."""
+    import functools
+    import http.server
+    import threading
+
+    sent: list[tuple[str, int]] = []
+
+    class Counting(http.server.SimpleHTTPRequestHandler):
+        def copyfile(self, source: Any, outputfile: Any) -> None:
+            data = source.read()
+            sent.append((self.path, len(data)))
+            outputfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            pass
+
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Counting, directory=str(book)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, sent
+
+
+def live_sample(browser: Any, origin: str,
+                sent: list[tuple[str, int]]) -> tuple[float, float, int, int]:
+    """One reader: a first visit (empty cache) runs the first cell; a second runs them all."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.route("**/*", lambda route: route.continue_() if route.request.url.startswith(
+        origin) else route.abort())
+    page = context.new_page()
+    sent.clear()
+    page.goto(origin + LIVE_PAGE)
+    first = page.locator("div[data-cell-id]:not([data-live='static'])").first
+    first.get_by_role("button", name="Run").click()
+    first.locator("[data-live-output][data-status]").wait_for(timeout=120_000)
+    first_output = page.evaluate("() => performance.now()") / 1000
+    page.wait_for_load_state("networkidle")
+    downloaded = sum(size for _, size in sent)
+    runtime = sum(size for path, size in sent if path.startswith("/live/"))
+    again = context.new_page()  # the same reader later: the browser's cache is warm
+    again.goto(origin + LIVE_PAGE)
+    again.wait_for_selector(".live-toolbar")
+    started = time.perf_counter()
+    again.get_by_role("button", name="Run all").click()
+    again.wait_for_function(ALL_DONE, timeout=300_000, polling=50)
+    run_all = time.perf_counter() - started
+    context.close()
+    return first_output, run_all, downloaded, runtime
+
+
+def bench_live(book: Path, runs: int) -> None:
+    from playwright.sync_api import sync_playwright
+
+    if not (book / "live" / "worker.js").is_file():
+        raise SystemExit(f"{book} has no live/ folder: render the book first (python3 dev.py "
+                         "book, or quarto render)")
+    server, sent = serve_counting(book)
+    origin = f"http://127.0.0.1:{server.server_address[1]}/"
+    samples = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=shutil.which("chromium") or None,
+            args=["--headless", "--no-sandbox", "--disable-gpu"])
+        for _ in range(runs):
+            samples.append(live_sample(browser, origin, sent))
+        browser.close()
+    server.shutdown()
+    report("page load to the first cell's output", [s[0] for s in samples])
+    report('"Run all" (every live cell, warm cache)', [s[1] for s in samples])
+    report("bytes downloaded on a first visit", [s[2] for s in samples], "MB", 1e-6)
+    report("  of which Python: Pyodide, wheel, runtime", [s[3] for s in samples], "MB", 1e-6)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["chapter", "tests", "commands", "import", "loop"])
+    parser.add_argument("what",
+                        choices=["chapter", "tests", "commands", "import", "loop", "live"])
     parser.add_argument("--runs", type=int, help="samples to take the median of (default: "
                         "3 for commands, 5 for chapter and tests, 21 for import, 51 for loop)")
     parser.add_argument("--python", default="python3", help="interpreter for the README commands")
+    parser.add_argument("--book", type=Path, default=ROOT / "_book",
+                        help="for live: the rendered book to serve")
     parser.add_argument("--installer", choices=["uv", "pip"], default="uv",
                         help="for commands: set up with uv (as dev.py does) or pip alone")
     args = parser.parse_args(argv)
@@ -268,6 +354,8 @@ def main(argv: list[str] | None = None) -> int:
         bench_tests(runs)
     elif args.what == "commands":
         bench_commands(args.python, runs, args.installer)
+    elif args.what == "live":
+        bench_live(args.book, runs)
     elif args.what == "import":
         bench_import(sys.executable, runs)
     else:

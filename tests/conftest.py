@@ -1,4 +1,4 @@
-"""Hypothesis profiles for the property tests.
+"""Hypothesis profiles for the property tests, and the book rendered once per test run.
 
 ``ci`` (the default) is deterministic and keeps nothing between runs: no
 example database, and Hypothesis's caches go to a temporary directory that
@@ -8,8 +8,15 @@ example database in .hypothesis/ (git ignores it); pick it with
 HYPOTHESIS_PROFILE=thorough.
 """
 
+import fcntl
 import os
+import re
+import shutil
+import subprocess
 import tempfile
+from pathlib import Path
+
+import pytest
 from hypothesis import settings
 
 settings.register_profile(
@@ -23,3 +30,39 @@ if PROFILE == "ci":
     # Even without a database Hypothesis caches Unicode tables and constants on disk.
     _scratch = tempfile.TemporaryDirectory(prefix="agentbook-hypothesis-")
     os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", _scratch.name)
+
+
+# --- The rendered book, once per test run ------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+# Not part of the book: left out of the copy that is rendered.
+NOT_COPIED = (".git", ".venv", ".cache", "_book", ".quarto", "__pycache__", ".mypy_cache",
+              ".ruff_cache", ".pytest_cache", ".hypothesis", "*.egg-info")
+RENDER_TIMEOUT = 900  # seconds; a render takes about a minute on two shared cores
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@pytest.fixture(scope="session")
+def rendered_book(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The book rendered from a copy of the sources: its _book folder and Quarto's log.
+
+    Rendered once for the whole run: the test files that read the book share it, and so do
+    pytest-xdist's workers, which take turns at a lock and find the render already done.
+    """
+    quarto = shutil.which("quarto")
+    if quarto is None:
+        pytest.skip("quarto is not on PATH, so the book cannot be rendered here "
+                    "(README.md says where Quarto comes from)")
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    source, log_file = shared / "book" / "src", shared / "book" / "render.log"
+    with open(shared / "book.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not log_file.exists():
+            shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*NOT_COPIED))
+            finished = subprocess.run([quarto, "render"], cwd=source, capture_output=True,
+                                      text=True, timeout=RENDER_TIMEOUT)
+            log = ANSI.sub("", finished.stdout + finished.stderr)
+            assert finished.returncode == 0, log
+            log_file.write_text(log, encoding="utf-8")
+    return source / "_book", log_file.read_text(encoding="utf-8")

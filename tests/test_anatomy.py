@@ -12,6 +12,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+import threading
 import typing
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 import agentbook
+from agentbook import anatomy
 from agentbook import (
     AUTO_REFUND_LIMIT_CENTS,
     JSON_TYPE_NAMES,
@@ -1045,6 +1047,26 @@ def test_parallel_spends_one_model_call_three_tool_calls_78_tokens(desk):
     assert_prompts_were_charged(meter, model)
 
 
+@pytest.mark.parametrize("threads", [True, False])
+def test_parallel_gives_the_same_run_with_or_without_threads(threads, monkeypatch):
+    # Without threads (Pyodide in the book's pages) the reads run in turn, same results.
+    monkeypatch.setattr(anatomy, "THREADS_AVAILABLE", threads)
+    started = threading.active_count()
+    seen: list[int] = []
+    tools, effects = make_environment()
+    meter, model = Meter(), RecordingModel(drafter())
+    original = meter.execute
+
+    def counting(*args: Any) -> Any:
+        seen.append(threading.active_count())
+        return original(*args)
+
+    meter.execute = counting  # type: ignore[method-assign]
+    run_parallel(model, tools, refund_gate, meter)
+    assert spent(meter) == (1, 3, 78) and verify_refund(effects, "A-17", 4999)
+    assert (max(seen) > started) is threads
+
+
 def test_evaluator_pays_a_second_round_when_the_first_draft_misses_the_amount(desk):
     tools, effects = desk
     meter = Meter()
@@ -1282,7 +1304,7 @@ tool_call_message answer_message ScriptedModel parse_tool_calls Stop Limits Obse
 estimate_tokens Gate allow_all execute_call RunState RunResult SYSTEM_PROMPT run_agent
 print_transcript overreaching_model AUTO_REFUND_LIMIT_CENTS refund_gate Meter run_chain
 run_parallel run_router run_evaluator execute_plan check_run verify_refund TRANSCRIPT_WIDTH
-RUN_STATE_FORMAT state_from_json state_to_json resume_agent""".split()
+THREADS_AVAILABLE map_calls RUN_STATE_FORMAT state_from_json state_to_json resume_agent""".split()
 
 
 def test_star_import_exposes_the_chapters_names():

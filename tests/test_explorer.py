@@ -10,7 +10,6 @@ import html
 import json
 import os
 import shutil
-import subprocess
 from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
@@ -35,7 +34,6 @@ from agentbook import (
     run_to_explorer_json,
     tool_call_message,
 )
-from tests.test_render import NOT_COPIED
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TASK = "Order A-17 arrived damaged. Please make this right."
@@ -298,28 +296,16 @@ def chapter_runs() -> dict[str, tuple[RunResult, list[dict[str, Any]], Limits]]:
     }
 
 
-def render(tmp: Path) -> Path:
-    """Render a copy of the book; return the chapter's page."""
-    # The whole repository, as the render test copies it: a page the book lists is never
-    # left behind.
-    shutil.copytree(REPO_ROOT, tmp, ignore=shutil.ignore_patterns(*NOT_COPIED),
-                    dirs_exist_ok=True)
-    done = subprocess.run(["quarto", "render"], cwd=tmp, capture_output=True, text=True,
-                          timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    page = tmp / CHAPTER_PAGE
-    assert page.is_file(), f"quarto did not write {page}"
-    return page
-
-
 @pytest.fixture(scope="module")
-def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if shutil.which("quarto") is None:
-        pytest.skip("quarto is not on PATH, so the book cannot be rendered here")
+def rendered(rendered_book: tuple[Path, str]) -> Path:
+    """The chapter's page in the book rendered once per run (tests/conftest.py)."""
     if chromium_path() is None:
         pytest.skip("no Chromium found (set AGENTBOOK_CHROMIUM or install Debian's chromium)")
     pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-    return render(tmp_path_factory.mktemp("explorer-book"))
+    book, _ = rendered_book
+    page = book / CHAPTER_PAGE.relative_to("_book")
+    assert page.is_file(), f"quarto did not write {page}"
+    return page
 
 
 def open_offline(browser: Any, page_path: Path,

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -39,11 +38,7 @@ RICHER_THAN_TEXT = ("text/html", "image/svg+xml", "image/png", "text/markdown", 
 FENCE = re.compile(r"^( *)(`{3,}|~{3,})(.*)$")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 WARNING = re.compile(r"\bWARN(?:ING)?\b")
-# Not part of the book: left out of the copy that is rendered.
-NOT_COPIED = (".git", ".venv", ".cache", "_book", ".quarto", "__pycache__", ".mypy_cache",
-              ".ruff_cache", ".pytest_cache", ".hypothesis", "*.egg-info")
 CHROMIUM_MISSING = "Chromium is not on PATH (or $CHROMIUM), so pages cannot be measured"
-RENDER_TIMEOUT = 900  # seconds; a render takes about a minute on two shared cores
 
 
 # --- The lines the book shows, without Quarto -------------------------------------------------
@@ -184,22 +179,11 @@ def test_a_block_in_a_list_is_held_to_the_narrower_width(tmp_path: Path) -> None
 
 # --- The rendered book (needs Quarto; the measurement needs Chromium too) ---------------------
 
-QUARTO = shutil.which("quarto")
-
 
 @pytest.fixture(scope="module")
-def rendered(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """The book rendered from a copy of the sources; returns its _book folder and the log."""
-    if QUARTO is None:
-        pytest.skip("quarto is not on PATH, so the book cannot be rendered here "
-                    "(README.md says where Quarto comes from)")
-    source = tmp_path_factory.mktemp("book") / "src"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*NOT_COPIED))
-    finished = subprocess.run([QUARTO, "render"], cwd=source, capture_output=True, text=True,
-                              timeout=RENDER_TIMEOUT)
-    log = ANSI.sub("", finished.stdout + finished.stderr)
-    assert finished.returncode == 0, log
-    return source / "_book", log
+def rendered(rendered_book: tuple[Path, str]) -> tuple[Path, str]:
+    """The book rendered from a copy of the sources (tests/conftest.py, once per run)."""
+    return rendered_book
 
 
 def html_for(page: Path) -> Path:
@@ -313,8 +297,9 @@ def test_the_post_render_step_removes_quartos_widget_scripts_and_nothing_else(
 
 def test_quarto_runs_the_post_render_step() -> None:
     config = yaml.safe_load((ROOT / "_quarto.yml").read_text(encoding="utf-8"))
-    step = config["project"]["post-render"]
-    assert step == "scripts/offline_pages.py" and (ROOT / step).is_file()
+    steps = config["project"]["post-render"]
+    assert steps == ["scripts/offline_pages.py", "scripts/live_book.py"]
+    assert all((ROOT / step).is_file() for step in steps)
 
 
 def test_no_page_loads_a_script_or_stylesheet_from_the_network(

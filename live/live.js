@@ -1,0 +1,420 @@
+// Live cells: every code cell the book marked with data-cell-id becomes an editor with a Run
+// button, run by one Python (Pyodide in live/worker.js) in reading order. Cells marked
+// data-live="static" say why they run only in Jupyter. The chapter's exercises section gets
+// the exercise notebook's code questions, checked against their public tests.
+
+const STOPPED = "Stopped: the interpreter was restarted, so every cell runs again.";
+
+function element(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function button(text, label) {
+  const node = element("button", "live-button", text);
+  node.type = "button";
+  if (label) node.setAttribute("aria-label", label);
+  return node;
+}
+
+// One Python in a worker; `call` sends a request and resolves with its reply.
+class Python {
+  constructor(url) {
+    this.url = url;
+    this.worker = null;
+  }
+
+  spawn() {
+    this.pending = new Map();
+    this.next = 0;
+    this.worker = new Worker(this.url, { type: "module" });
+    this.worker.onmessage = (event) => {
+      const waiting = this.pending.get(event.data.id);
+      this.pending.delete(event.data.id);
+      if (!waiting) return;
+      if (event.data.failed) waiting.reject(new Error(event.data.failed));
+      else waiting.resolve(event.data.reply);
+    };
+    this.worker.onerror = (event) => this.failAll(new Error(
+      "Python did not start: " + (event.message || "the worker failed to load")));
+  }
+
+  call(message) {
+    if (!this.worker) this.spawn();
+    const id = this.next++;
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+      this.worker.postMessage({ ...message, id });
+    });
+  }
+
+  failAll(error) {
+    for (const waiting of this.pending.values()) waiting.reject(error);
+    this.pending.clear();
+  }
+
+  // Terminating is the one way to stop Python mid-loop without cross-origin isolation.
+  restart() {
+    if (this.worker) this.worker.terminate();
+    this.worker = null;
+    this.failAll(new Error(STOPPED));
+  }
+}
+
+function showOutput(output, reply) {
+  output.replaceChildren();
+  const text = (reply.stdout || "") + (reply.stderr || "");
+  if (text) output.append(element("pre", "live-stream", text));
+  if (reply.html) {
+    const html = element("div", "live-html");
+    html.innerHTML = reply.html;
+    output.append(html);
+    document.dispatchEvent(new CustomEvent("agentbook-live-output"));
+  } else if (reply.text !== null && reply.text !== undefined) {
+    output.append(element("pre", "live-result", reply.text));
+  }
+  if (reply.error) output.append(element("pre", "live-error", reply.error));
+  output.liveResult = reply;
+  output.dataset.status = reply.error ? "error" : "ok";
+}
+
+class Cell {
+  constructor(div, book) {
+    this.div = div;
+    this.book = book;
+    this.id = div.dataset.cellId;
+    this.ran = false;
+    const code = div.querySelector("div.sourceCode code");
+    this.original = code ? code.textContent : "";
+    this.build();
+  }
+
+  build() {
+    const box = element("div", "live-cell");
+    this.editor = element("textarea", "live-code");
+    this.editor.value = this.original;
+    this.editor.spellcheck = false;
+    this.editor.setAttribute("aria-label", "Code of cell " + this.id);
+    this.editor.addEventListener("input", () => this.fit());
+    this.editor.addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && event.shiftKey) {
+        event.preventDefault();
+        this.book.runTo(this);
+      }
+    });
+    this.run = button("Run", "Run this cell (Shift+Enter)");
+    this.run.addEventListener("click", () => {
+      if (this.running) this.book.stop();
+      else this.book.runTo(this);
+    });
+    this.status = element("span", "live-status");
+    this.status.setAttribute("aria-live", "polite");
+    const bar = element("div", "live-bar");
+    bar.append(this.run, this.status);
+    this.output = element("div", "live-output");
+    this.output.setAttribute("data-live-output", "");
+    this.output.hidden = true;
+    box.append(this.editor, bar);
+    const source = this.div.querySelector("div.sourceCode");
+    const shown = source && source.querySelector("pre");
+    if (shown) {
+      // The editor takes the code block's font and size, which hold 79 characters a line.
+      const style = getComputedStyle(shown);
+      this.editor.style.fontFamily = style.fontFamily;
+      this.editor.style.fontSize = style.fontSize;
+    }
+    this.div.insertBefore(box, source);
+    if (source) source.hidden = true;
+    this.div.append(this.output);
+    this.div.classList.add("live-ready");
+    this.fit();
+  }
+
+  fit() {
+    this.editor.rows = Math.max(1, this.editor.value.split("\n").length);
+  }
+
+  setRunning(running) {
+    this.running = running;
+    this.run.textContent = running ? "Stop" : "Run";
+    this.run.setAttribute("aria-label", running ? "Stop this cell" : "Run this cell (Shift+Enter)");
+    this.status.textContent = running ? "running…" : this.status.textContent;
+  }
+
+  storedOutputs() {
+    return this.div.querySelectorAll(":scope > [class*='cell-output']");
+  }
+
+  async execute() {
+    this.setRunning(true);
+    this.output.removeAttribute("data-status");
+    try {
+      const reply = await this.book.python.call({ action: "run", code: this.editor.value,
+                                                  cell: this.id });
+      this.ran = true;
+      for (const stored of this.storedOutputs()) stored.hidden = true;
+      this.output.hidden = false;
+      showOutput(this.output, reply);
+      this.status.textContent = reply.error ? "error" : "done";
+      return !reply.error;
+    } catch (failure) {
+      this.output.hidden = false;
+      showOutput(this.output, { error: failure.message });
+      this.status.textContent = "stopped";
+      throw failure;
+    } finally {
+      this.setRunning(false);
+    }
+  }
+
+  reset() {
+    this.editor.value = this.original;
+    this.fit();
+    this.ran = false;
+    this.output.hidden = true;
+    this.output.replaceChildren();
+    this.output.removeAttribute("data-status");
+    this.status.textContent = "";
+    for (const stored of this.storedOutputs()) stored.hidden = false;
+  }
+}
+
+function staticNote(div) {
+  const note = element("p", "live-static");
+  note.append("Runs only in Jupyter: " + (div.dataset.liveReason || "not in the browser") + ". ");
+  const links = document.querySelectorAll(".launch-links a");
+  links.forEach((link, index) => {
+    if (index) note.append(" · ");
+    note.append(link.cloneNode(true));
+  });
+  div.prepend(note);
+}
+
+// Tiny markdown for exercise prompts: paragraphs, `code`, **bold**, *italic*.
+function promptHtml(markdown) {
+  const escape = (text) => text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  return markdown.split(/\n\s*\n/).map((paragraph) => "<p>" + escape(paragraph)
+    .replace(/`([^`]+)`/g, "<code>$1</code>")
+    .replace(/\*\*([^*]+)\*\*/g, "<strong>$1</strong>")
+    .replace(/\*([^*\s][^*]*)\*/g, "<em>$1</em>") + "</p>").join("");
+}
+
+class Exercises {
+  constructor(book, data, section) {
+    this.book = book;
+    this.data = data;
+    this.editors = new Map();
+    const box = element("div", "live-exercises");
+    box.append(element("h3", "live-exercises-title", "Check your answers here"));
+    box.append(element("p", "live-exercises-intro",
+      `The code questions of ${data.notebook}, checked against the same public tests as its ` +
+      "grader.check cells. Each check runs the notebook from the top, with your answers; " +
+      "they are kept in this browser."));
+    for (const step of data.steps) {
+      if (step.kind === "question") box.append(this.question(step));
+    }
+    section.append(box);
+  }
+
+  key(id) {
+    return `agentbook:${this.data.notebook}:${id}`;
+  }
+
+  question(step) {
+    const block = element("div", "live-exercise");
+    block.setAttribute("data-exercise", step.id);
+    const prompt = element("div", "live-prompt");
+    prompt.innerHTML = promptHtml(step.prompt);
+    const editor = element("textarea", "live-code");
+    editor.spellcheck = false;
+    editor.setAttribute("aria-label", "Your answer to " + step.id);
+    editor.value = localStorage.getItem(this.key(step.id)) ?? step.source;
+    const code = document.querySelector("div.sourceCode pre");
+    if (code) editor.style.fontSize = getComputedStyle(code).fontSize;
+    const fit = () => { editor.rows = Math.max(3, editor.value.split("\n").length); };
+    editor.addEventListener("input", () => {
+      localStorage.setItem(this.key(step.id), editor.value);
+      fit();
+    });
+    fit();
+    this.editors.set(step.id, editor);
+    const check = button("Check");
+    const restore = button("Start over", "Start over: the starter code again");
+    const feedback = element("pre", "live-feedback");
+    feedback.setAttribute("data-feedback", "");
+    feedback.setAttribute("aria-live", "polite");
+    check.addEventListener("click", () => this.book.enqueue(() => this.check(step, feedback)));
+    restore.addEventListener("click", () => {
+      editor.value = step.source;
+      localStorage.removeItem(this.key(step.id));
+      fit();
+    });
+    const bar = element("div", "live-bar");
+    bar.append(check, restore);
+    block.append(prompt, editor, bar, feedback);
+    return block;
+  }
+
+  // The notebook from the top, with the page's answers, up to this question's check.
+  async check(step, feedback) {
+    feedback.textContent = "checking…";
+    feedback.removeAttribute("data-status");
+    const python = this.book.python;
+    let printed = "";
+    try {
+      await python.call({ action: "reset-exercises" });
+      for (const other of this.data.steps) {
+        if (other.kind === "check" && other.id === step.id) {
+          const { summary } = await python.call({ action: "check", name: other.name,
+                                                  source: this.data.tests[other.name] });
+          feedback.textContent = printed + summary;
+          feedback.dataset.status = summary.includes("All test cases passed") ? "pass" : "fail";
+          return;
+        }
+        if (other.kind === "check") continue;
+        const code = other.kind === "question" ? this.editors.get(other.id).value : other.source;
+        const reply = await python.call({ action: "exercise", code, cell: other.id });
+        if (other.id === step.id) {
+          printed = (reply.stdout || "") + (reply.stderr || "") + (reply.error || "");
+          printed += printed && !printed.endsWith("\n") ? "\n" : "";
+        }
+      }
+    } catch (failure) {
+      feedback.textContent = failure.message;
+      feedback.dataset.status = "fail";
+    }
+  }
+}
+
+class LiveBook {
+  constructor(offset) {
+    this.offset = offset;
+    this.python = new Python(new URL(offset + "live/worker.js", document.baseURI));
+    this.queue = Promise.resolve();
+    this.generation = 0;
+    this.cells = [];
+  }
+
+  build() {
+    for (const div of document.querySelectorAll("div.cell[data-cell-id]")) {
+      if (div.dataset.live === "static") staticNote(div);
+      else this.cells.push(new Cell(div, this));
+    }
+    this.toolbar();
+    this.exercises();
+    // Python starts loading with the page, so that it is ready when the reader first runs a
+    // cell, unless the reader's browser asks to save data; then the first Run loads it.
+    if (!navigator.connection?.saveData) this.warm();
+  }
+
+  warm(why = "Python is loading (about 14 MB, once; the browser keeps it)") {
+    this.say(why + "…");
+    const generation = this.generation;
+    this.python.call({ action: "load" }).then(() => {
+      if (generation === this.generation && !this.cells.some((cell) => cell.running)) {
+        this.say("Python is ready: run any cell, or Run all.");
+      }
+    }, () => undefined);
+  }
+
+  toolbar() {
+    const bar = element("div", "live-toolbar");
+    bar.setAttribute("role", "toolbar");
+    bar.setAttribute("aria-label", "Live cells");
+    const runAll = button("Run all");
+    const stop = button("Stop");
+    const reset = button("Reset");
+    this.state = element("span", "live-state",
+      "The cells run in this page; Python loads at the first Run (about 14 MB, once).");
+    this.state.setAttribute("aria-live", "polite");
+    runAll.addEventListener("click", () => this.runAll());
+    stop.addEventListener("click", () => this.stop());
+    reset.addEventListener("click", () => this.reset());
+    bar.append(runAll, stop, reset, this.state);
+    const anchor = document.querySelector(".launch-links") || document.querySelector("main h1");
+    if (anchor) anchor.after(bar);
+    else document.querySelector("main")?.prepend(bar);
+  }
+
+  async exercises() {
+    const section = document.querySelector("section#sec-exercises");
+    if (!section) return;
+    const page = location.pathname.split("/").pop().replace(/\.html$/, "");
+    const response = await fetch(this.offset + "live/exercises/" + page + ".json");
+    if (response.ok) this.exerciseBlock = new Exercises(this, await response.json(), section);
+  }
+
+  say(text) {
+    this.state.textContent = text;
+  }
+
+  // Runs one job after another; a stop drops every job queued before it.
+  enqueue(job) {
+    const generation = this.generation;
+    const run = () => (generation === this.generation ? job() : undefined);
+    this.queue = this.queue.then(run, run).catch(() => undefined);
+    return this.queue;
+  }
+
+  runTo(cell) {
+    cell.output.removeAttribute("data-status");
+    cell.status.textContent = "waiting…";
+    return this.enqueue(async () => {
+      const index = this.cells.indexOf(cell);
+      for (const above of this.cells.slice(0, index)) {
+        if (!above.ran) {
+          this.say(`running cell ${above.id} first…`);
+          await above.execute();
+        }
+      }
+      this.say(`running cell ${cell.id}…`);
+      await cell.execute();
+      this.say("ready");
+    });
+  }
+
+  // Like Jupyter's "Restart and run all": a fresh interpreter, then every cell in order.
+  runAll() {
+    if (this.cells.some((cell) => cell.ran)) this.restart();
+    return this.enqueue(async () => {
+      for (const cell of this.cells) {
+        this.say(`running cell ${cell.id}…`);
+        await cell.execute();
+      }
+      this.say("ran every cell");
+    });
+  }
+
+  restart() {
+    this.generation += 1;
+    this.queue = Promise.resolve();
+    this.python.restart();
+    for (const cell of this.cells) cell.ran = false;
+  }
+
+  // Both start a fresh Python at once; a run after them reruns the cells above it first.
+  stop() {
+    this.restart();
+    this.warm("Stopped. A fresh Python is starting");
+  }
+
+  reset() {
+    this.restart();
+    for (const cell of this.cells) cell.reset();
+    this.warm("Reset to the book's code. A fresh Python is starting");
+  }
+}
+
+export function start(offset) {
+  if (typeof WebAssembly !== "object" || typeof Worker !== "function") {
+    const line = element("p", "live-off",
+      "This browser cannot run WebAssembly, so this page is the static book.");
+    document.querySelector("main")?.prepend(line);
+    return;
+  }
+  const book = new LiveBook(offset);
+  book.build();
+  window.agentbookLive = book;
+}

@@ -1,0 +1,301 @@
+"""Make the rendered book's cells runnable in the page: Quarto's second post-render step.
+
+    python scripts/live_book.py [BOOK_DIR]
+
+It puts into BOOK_DIR/live/ everything the page's Python needs, and nothing from another host:
+
+- Pyodide's core (live/pyodide-core.json names the files and their SHA-256) from npm's
+  `pyodide` package, which `npm ci` in live/ installs at the version package-lock.json pins;
+- a wheel of the `agentbook` package, built here from this checkout;
+- the runtime, live/*.js and live/runner.py, which the page loads (live/live.html);
+- for each chapter with exercises, its code questions and their public tests as JSON.
+
+It also marks every code cell of every notebook page with the notebook cell's id
+(`data-cell-id`), and a cell the browser cannot run with `data-live="static"` and the reason.
+It needs only the standard library: Quarto runs it with whichever Python is on PATH.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import hashlib
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LIVE = ROOT / "live"
+CORE = json.loads((LIVE / "pyodide-core.json").read_text(encoding="utf-8"))
+RUNTIME_FILES = ("live.js", "worker.js", "runner.py")
+# Imports a browser's Python lacks, with the one line a reader sees. Any other module outside
+# the standard library and agentbook is named in a generic line.
+BROWSER_LACKS = {
+    "matplotlib": "draws a figure with matplotlib",
+    "pandas": "builds a table with pandas",
+    "httpx": "talks HTTP, which the page's Python cannot",
+    "http.server": "serves HTTP, which the page's Python cannot",
+    "socket": "opens sockets, which the page's Python cannot",
+    "subprocess": "starts another program, which a browser cannot",
+}
+# Cells whose own job has no meaning in the page, by notebook cell id, with the reason.
+NOT_IN_PAGE = {
+    "install-agentbook": "installs agentbook on Colab; the page has it already",
+    "colab-install": "installs agentbook on Colab; the page has it already",
+}
+WHEEL_TIME = (1980, 1, 1, 0, 0, 0)  # a fixed date: the same wheel bytes on every render
+# A code cell's div, which Quarto follows with the cell's source block (a diagram's is not).
+CELL_DIV = re.compile(r'<div (?:id="([^"]*)" )?class="cell"(?=[^>]*>\s*<div class="sourceCode)')
+
+
+# --- Which cells run in the page -------------------------------------------------------------
+
+def cell_options(source: str) -> dict[str, str]:
+    """The `#| key: value` options at the top of a cell."""
+    options = {}
+    for line in source.splitlines():
+        if not line.startswith("#|"):
+            break
+        key, _, value = line[2:].partition(":")
+        options[key.strip()] = value.strip()
+    return options
+
+
+def lacking_module(tree: ast.Module) -> str | None:
+    """Why the cell's own imports (not those inside a function) cannot run in the page."""
+    for node in tree.body:
+        names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+        for name in names:
+            for module, reason in BROWSER_LACKS.items():
+                if name == module or name.startswith(module + "."):
+                    return reason
+            top = name.split(".")[0]
+            if top != "agentbook" and top not in sys.stdlib_module_names:
+                return f"imports {top}, which the page's Python does not have"
+    return None
+
+
+def bound_and_used(tree: ast.Module) -> tuple[set[str], set[str]]:
+    """The names a cell binds at its top level, and every name it reads."""
+    bound, used = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (bound if isinstance(node.ctx, ast.Store) else used).add(node.id)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.alias):
+            bound.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.FunctionDef | ast.ClassDef):
+            bound.add(node.name)
+    return bound, used
+
+
+def classify(cells: list[dict[str, object]]) -> list[str | None]:
+    """For each code cell, None when it runs in the page, else the reason it cannot.
+
+    A cell cannot run when Quarto does not run it either (`#| eval: false`), when it imports
+    what the browser lacks, or when it reads a name that only such a cell defined.
+    """
+    reasons: list[str | None] = []
+    static_names: dict[str, str] = {}
+    for cell in cells:
+        source = "".join(cell["source"])  # type: ignore[arg-type]
+        tree = ast.parse(source)
+        bound, used = bound_and_used(tree)
+        used -= bound  # a name the cell sets itself is not read from an earlier cell
+        reason = NOT_IN_PAGE.get(str(cell.get("id")), (
+            "shows a call to a served model, which the book never makes"
+            if cell_options(source).get("eval") == "false" else lacking_module(tree)))
+        reason = reason or next((static_names[name] for name in sorted(used)
+                                 if name in static_names), None)
+        for name in bound:
+            if reason:
+                static_names[name] = reason
+            else:
+                static_names.pop(name, None)
+        reasons.append(reason)
+    return reasons
+
+
+def code_cells(notebook: Path) -> list[dict[str, object]]:
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    return [cell for cell in cells if cell["cell_type"] == "code"]
+
+
+def mark_page(page: str, cells: list[dict[str, object]]) -> str:
+    """The page with each code cell's div carrying its cell id and, if static, why."""
+    if "data-cell-id=" in page:
+        return page  # marked by an earlier run
+    reasons = classify(cells)
+    found = list(CELL_DIV.finditer(page))
+    if len(found) != len(cells):
+        raise SystemExit(f"{len(found)} code cells in the page, {len(cells)} in the notebook")
+    parts, last = [], 0
+    for match, cell, reason in zip(found, cells, reasons, strict=True):
+        label = cell_options("".join(cell["source"])).get("label")  # type: ignore[arg-type]
+        if match.group(1) not in (None, cell["id"], f"cell-{label}"):
+            raise SystemExit(f"page cell {match.group(1)} is not notebook cell {cell['id']}")
+        extra = f' data-cell-id="{html.escape(str(cell["id"]))}"'
+        if reason:
+            extra += f' data-live="static" data-live-reason="{html.escape(reason)}"'
+        parts += [page[last:match.end()], extra]
+        last = match.end()
+    return "".join(parts) + page[last:]
+
+
+# --- Exercises ---------------------------------------------------------------------------------
+
+CHECK = re.compile(r'^grader\.check\("([\w-]+)"\)\s*$')
+
+
+def prompt_text(markdown: str) -> str:
+    return re.sub(r"<!--.*?-->", "", markdown, flags=re.DOTALL).strip()
+
+
+def exercise_steps(notebook: Path) -> list[dict[str, str]]:
+    """The exercise notebook as the page runs it, in order: setup code, questions, checks.
+
+    A question is a code cell otter marks as an answer; its check is the `grader.check` cell
+    after it (setup code may come between). Cells that install packages or drive otter are
+    left out: the page runs the public tests itself.
+    """
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    steps, prompt, question = [], "", ""
+    for cell in cells:
+        source = "".join(cell["source"])
+        check = CHECK.match(source)
+        if cell["cell_type"] == "markdown":
+            prompt = prompt_text(source) if "**Question" in source else prompt
+        elif check and question:
+            steps.append({"kind": "check", "id": question, "name": check.group(1)})
+            question = ""
+        elif "otter_answer_cell" in cell["metadata"].get("tags", []):
+            question = cell["id"]
+            steps.append({"kind": "question", "id": question, "prompt": prompt,
+                          "source": source})
+        elif not re.search(r"\b(?:otter|grader|subprocess)\b", source):
+            steps.append({"kind": "setup", "id": cell["id"], "source": source})
+    return steps
+
+
+def exercises_for(chapter: Path) -> Path | None:
+    """exercises/anatomy-exercises.ipynb for chapters/01_anatomy.ipynb, if it exists."""
+    topic = chapter.stem.split("_", 1)[-1]
+    found = ROOT / "exercises" / f"{topic}-exercises.ipynb"
+    return found if found.is_file() else None
+
+
+def write_exercises(chapter: Path, target: Path) -> None:
+    notebook = exercises_for(chapter)
+    if notebook is None:
+        return
+    steps = exercise_steps(notebook)
+    tests = {step["name"]: (notebook.parent / "tests" / f"{step['name']}.py")
+             .read_text(encoding="utf-8") for step in steps if step["kind"] == "check"}
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps({"notebook": notebook.name, "steps": steps, "tests": tests},
+                                 indent=1), encoding="utf-8")
+
+
+# --- What the page downloads --------------------------------------------------------------------
+
+def copy_core(target: Path) -> bool:
+    """Copy Pyodide's core files, each checked against its pinned SHA-256; False where
+    Pyodide is not installed and npm cannot install it (the book then stays static)."""
+    package = LIVE / "node_modules" / "pyodide"
+    if not package.is_dir() and shutil.which("npm"):
+        subprocess.run(["npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund"],
+                       cwd=LIVE, check=False)
+    if not package.is_dir():
+        return False
+    target.mkdir(parents=True, exist_ok=True)
+    for name, digest in CORE["files"].items():
+        data = (package / name).read_bytes()
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise SystemExit(f"{package / name} is not the pinned Pyodide {CORE['version']}")
+        (target / name).write_bytes(data)
+    return True
+
+
+def package_version() -> str:
+    found = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text("utf-8"),
+                      re.MULTILINE)
+    assert found, "pyproject.toml names no version"
+    return found.group(1)
+
+
+def record_line(name: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}"
+
+
+def build_wheel(folder: Path) -> Path:
+    """A pure-Python wheel of agentbook/ (PEP 427), the same bytes for the same sources.
+
+    Written here rather than by a build backend, which Quarto's Python may lack and would
+    fetch from a package index; the page unpacks it and needs nothing more. It names no
+    dependency: httpx is imported only by the HTTP adapters, which the page does not run.
+    """
+    version = package_version()
+    info = f"agentbook-{version}.dist-info"
+    files = {f"agentbook/{path.name}": path.read_bytes()
+             for path in sorted((ROOT / "agentbook").glob("*.py"))}
+    files[f"{info}/METADATA"] = (f"Metadata-Version: 2.1\nName: agentbook\n"
+                                 f"Version: {version}\nRequires-Python: >=3.11\n").encode()
+    files[f"{info}/WHEEL"] = (b"Wheel-Version: 1.0\nGenerator: scripts/live_book.py\n"
+                              b"Root-Is-Purelib: true\nTag: py3-none-any\n")
+    record = [record_line(name, data) for name, data in files.items()] + [f"{info}/RECORD,,"]
+    files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
+    folder.mkdir(parents=True, exist_ok=True)
+    wheel = folder / f"agentbook-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in files.items():
+            archive.writestr(zipfile.ZipInfo(name, WHEEL_TIME), data, zipfile.ZIP_DEFLATED)
+    return wheel
+
+
+def build(book: Path) -> list[str]:
+    """Everything above, into `book`; says what it did."""
+    target = book / "live"
+    if copy_core(target / "pyodide"):
+        wheel = build_wheel(target)
+        for name in RUNTIME_FILES:
+            shutil.copyfile(LIVE / name, target / name)
+        (target / "wheel.json").write_text(json.dumps({"wheel": wheel.name}), encoding="utf-8")
+        done = [f"live/: Pyodide {CORE['version']} core, {wheel.name}"]
+    else:
+        # Without the runtime the pages say they are the static book (live/live.html).
+        print("live_book.py: Pyodide is not in live/node_modules and `npm ci` could not "
+              "install it, so the cells will not run in the page", file=sys.stderr)
+        done = []
+    for chapter in sorted((ROOT / "chapters").glob("*.ipynb")):
+        page = book / "chapters" / f"{chapter.stem}.html"
+        if not page.is_file():
+            continue
+        cells = code_cells(chapter)
+        page.write_text(mark_page(page.read_text(encoding="utf-8"), cells), encoding="utf-8")
+        write_exercises(chapter, target / "exercises" / f"{chapter.stem}.json")
+        live = sum(reason is None for reason in classify(cells))
+        done.append(f"{page.relative_to(book).as_posix()}: {live} of {len(cells)} "
+                    "code cells run in the page")
+    return done
+
+
+def main(argv: list[str]) -> int:
+    book = Path(argv[0] if argv else os.environ.get("QUARTO_PROJECT_OUTPUT_DIR") or "_book")
+    if not book.is_dir():
+        raise SystemExit(f"{book} is not a folder: render the book first")
+    for line in build(book):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
