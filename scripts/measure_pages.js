@@ -45,8 +45,19 @@
         `${line.length} characters, ${charsThatFit(pre)} fit: ${line.slice(0, 60)}`);
     }
   }
+  // A box that scrolls sideways inside the column (a wide table or diagram on a phone)
+  // holds what is wider than the column; the reader scrolls that box, not the page.
+  const inScrollBox = (el) => {
+    for (let box = el.parentElement; box && box !== main; box = box.parentElement) {
+      const scrolls = ["auto", "scroll"].includes(getComputedStyle(box).overflowX);
+      const fits = box.getBoundingClientRect().right <= column.right + 1;
+      if (scrolls && fits) return true;
+    }
+    return false;
+  };
   for (const el of main.querySelectorAll("img, svg, table, math, mjx-container, .figure")) {
     if (outside(el) || el.closest("pre, svg svg") || el.parentElement.closest("svg")) continue;
+    if (inScrollBox(el)) continue;
     const box = el.getBoundingClientRect();
     if (box.right > column.right + 1 || box.left < column.left - 1) {
       tooWide.push(`${el.tagName.toLowerCase()} of ${Math.round(box.width)} px ` +

@@ -1,0 +1,89 @@
+"""Print the rendered book to one PDF, _book/agentbook.pdf, with Chromium.
+
+    python -m scripts.print_book [BOOK_DIR]
+
+Quarto's own PDF formats need typst or LaTeX, which the machines building this book do not
+have; Chromium, which measures the pages anyway, prints them instead. Every page that
+`_quarto.yml` lists is opened in reading order, its diagrams drawn, and its content joined
+into one document that Chromium prints with the book's print stylesheet (book.scss: no
+navigation, code that wraps rather than running off the page), each chapter on a new page
+and every page numbered. Links between chapters become links inside the PDF.
+Exits with status 2 when Chromium is missing.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from scripts.book_checks import listed_files, load_config
+from scripts.measure_pages import CHROMIUM_FLAGS, PAGE_TIMEOUT, find_chromium, serve
+
+ROOT = Path(__file__).resolve().parent.parent
+PDF_NAME = "agentbook.pdf"  # where the sidebar's download link (`downloads` in _quarto.yml) points
+
+# In each page: wait for the diagrams, then return the content with addresses that still
+# hold in another page: images absolute, links to the book's pages as in-document anchors.
+GATHER_JS = """async () => {
+  for (let i = 0; i < 300 && document.querySelector("pre.mermaid-js"); i++)
+    await new Promise((done) => setTimeout(done, 100));
+  const main = document.querySelector("main");
+  for (const image of main.querySelectorAll("img[src]")) image.src = image.src;
+  for (const link of main.querySelectorAll("a[href]")) {
+    const target = new URL(link.href);
+    if (target.origin === location.origin) link.setAttribute("href", target.hash || "#");
+  }
+  return main.innerHTML;
+}"""
+# Put the joined chapters into the first page, then wait until every image has loaded.
+JOIN_JS = """async (chapters) => {
+  document.querySelector("main").innerHTML = chapters.map(
+    (html) => `<section style="break-before: page">${html}</section>`).join("");
+  await Promise.all(Array.from(document.images, (image) => image.decode().catch(() => null)));
+}"""
+FOOTER = ('<div style="font-size: 8px; width: 100%; text-align: center;">'
+          '<span class="pageNumber"></span></div>')
+
+
+def print_book(book: Path, root: Path = ROOT) -> Path:
+    """Print every listed page of a rendered book, in order, into BOOK/agentbook.pdf."""
+    from playwright.sync_api import sync_playwright
+
+    chromium = find_chromium()
+    if chromium is None:
+        raise FileNotFoundError("Chromium not found (set $CHROMIUM or put it on PATH)")
+    pages = [Path(page).with_suffix(".html").as_posix()
+             for page in listed_files(load_config(root))]
+    output = book / PDF_NAME
+    with serve(book) as base, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        try:
+            tab = browser.new_page(viewport={"width": 1280, "height": 800})
+            chapters = []
+            for page in pages:
+                tab.goto(f"{base}/{page}", wait_until="load", timeout=PAGE_TIMEOUT * 1000)
+                chapters.append(tab.evaluate(GATHER_JS))
+            tab.goto(f"{base}/{pages[0]}", wait_until="load", timeout=PAGE_TIMEOUT * 1000)
+            tab.evaluate(JOIN_JS, chapters)
+            tab.emulate_media(media="print")
+            tab.pdf(path=output, format="A4", print_background=True,
+                    margin={"top": "18mm", "bottom": "18mm", "left": "16mm", "right": "16mm"},
+                    display_header_footer=True, header_template="<span></span>",
+                    footer_template=FOOTER)
+        finally:
+            browser.close()
+    return output
+
+
+def main(argv: list[str]) -> int:
+    book = Path(argv[0]) if argv else ROOT / "_book"
+    try:
+        print(f"wrote {print_book(book)}")
+    except FileNotFoundError as missing:
+        print(f"{missing}; the PDF was not printed", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
