@@ -3,7 +3,7 @@
     python -m scripts.measure_pages [BOOK_DIR] [--width 1280 --width 390] [--height 800]
                                     [--screenshots DIR]
 
-Serves BOOK_DIR (default `_book`) on a loopback port, opens every HTML page in headless
+Opens every HTML page of BOOK_DIR (default `_book`) from its files in headless
 Chromium at the given window size and reports, per page:
 
 - every code block, output block or image wider than its column (it would need horizontal
@@ -20,14 +20,9 @@ Chromium found on the machine (Debian's); it never downloads a browser.
 from __future__ import annotations
 
 import argparse
-import functools
-import http.server
 import os
 import shutil
 import sys
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,25 +74,6 @@ def find_chromium() -> str | None:
     return next((path for name in CHROMIUM_NAMES if (path := shutil.which(name))), None)
 
 
-@contextmanager
-def serve(directory: Path) -> Iterator[str]:
-    """Serve a directory on a free loopback port, quietly, for as long as the block runs."""
-
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    handler = functools.partial(Quiet, directory=str(directory))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 def measure_page(browser: Any, url: str, width: int, height: int,
                  screenshot: Path | None) -> dict[str, Any]:
     """Open one page at a window size, run the measuring script, optionally screenshot it."""
@@ -130,7 +106,7 @@ def measure_book(book: Path, width: int = 1280, height: int = 800,
     from playwright.sync_api import sync_playwright
 
     reports = []
-    with serve(book) as base, sync_playwright() as playwright:
+    with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
         try:
             for page in pages:
@@ -139,7 +115,7 @@ def measure_book(book: Path, width: int = 1280, height: int = 800,
                 if screenshots is not None:
                     shot = screenshots / (name.replace("/", "_").removesuffix(".html")
                                           + f"-{width}.png")
-                measured = measure_page(browser, f"{base}/{name}", width, height, shot)
+                measured = measure_page(browser, page.resolve().as_uri(), width, height, shot)
                 reports.append(PageReport(page=name, **measured))
         finally:
             browser.close()

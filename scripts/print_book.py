@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from scripts.book_checks import listed_files, load_config
-from scripts.measure_pages import CHROMIUM_FLAGS, PAGE_TIMEOUT, find_chromium, serve
+from scripts.measure_pages import CHROMIUM_FLAGS, PAGE_TIMEOUT, find_chromium
 
 ROOT = Path(__file__).resolve().parent.parent
 PDF_NAME = "agentbook.pdf"  # where the sidebar's download link (`downloads` in _quarto.yml) points
@@ -55,7 +55,8 @@ def print_book(book: Path, root: Path = ROOT) -> Path:
     pages = [Path(page).with_suffix(".html").as_posix()
              for page in listed_files(load_config(root))]
     output = book / PDF_NAME
-    with serve(book) as base, sync_playwright() as playwright:
+    base = book.resolve().as_uri()
+    with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
         try:
             tab = browser.new_page(viewport={"width": 1280, "height": 800})
