@@ -1,6 +1,5 @@
-// Evaluated in each page of the rendered book by scripts/measure_pages.py; returns a
-// promise of plain data. Waits until the page has loaded and Quarto's Mermaid runtime has
-// turned every diagram into an SVG, then measures what a reader sees at this window size.
+// Run in each page by measure_pages.py: once Quarto's Mermaid runtime has drawn every
+// diagram, measures what a reader sees at this window size and returns plain data.
 (async () => {
   const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
   for (let tries = 0; tries < 500; tries++) {
@@ -48,11 +47,9 @@
   // A box that scrolls sideways inside the column (a wide table or diagram on a phone)
   // holds what is wider than the column; the reader scrolls that box, not the page.
   const inScrollBox = (el) => {
-    for (let box = el.parentElement; box && box !== main; box = box.parentElement) {
-      const scrolls = ["auto", "scroll"].includes(getComputedStyle(box).overflowX);
-      const fits = box.getBoundingClientRect().right <= column.right + 1;
-      if (scrolls && fits) return true;
-    }
+    for (let box = el.parentElement; box && box !== main; box = box.parentElement)
+      if (["auto", "scroll"].includes(getComputedStyle(box).overflowX) &&
+          box.getBoundingClientRect().right <= column.right + 1) return true;
     return false;
   };
   for (const el of main.querySelectorAll("img, svg, table, math, mjx-container, .figure")) {

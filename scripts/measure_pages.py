@@ -1,20 +1,13 @@
-"""Measure the rendered book as a reader's browser lays it out.
+"""Measure the rendered book as a reader's browser lays it out, at 1280 and 390 px.
 
-    python -m scripts.measure_pages [BOOK_DIR] [--width 1280 --width 390] [--height 800]
+    python -m scripts.measure_pages [BOOK_DIR] [--width W ...] [--height 800]
                                     [--screenshots DIR]
 
-Opens every HTML page of BOOK_DIR (default `_book`) from its files in headless
-Chromium at the given window size and reports, per page:
-
-- every code block, output block or image wider than its column (it would need horizontal
-  scrolling, or spill out), and how many monospace characters the column holds;
-- every diagram's smallest text, in pixels as drawn on screen after the diagram is scaled
-  to fit the column;
-- every diagram label whose contrast against the shape behind it is below WCAG's 4.5:1.
-
-By default it measures at 1280 px and at 390 px, a phone's width. It exits with status 1
-when any page has a problem, 2 when Chromium is missing. The pinned playwright drives the
-Chromium found on the machine (Debian's); it never downloads a browser.
+Opens every HTML page of BOOK_DIR (default `_book`) in Chromium, driven by the pinned
+playwright, and reports per page: every code block, output or image wider than its column
+(and how many monospace characters the column holds); every diagram's smallest text as
+drawn, at least 11 px; every diagram label's contrast against its fill, at least WCAG's
+4.5:1. Exits 1 on any problem, 2 when Chromium is missing.
 """
 
 from __future__ import annotations
@@ -23,6 +16,8 @@ import argparse
 import os
 import shutil
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,6 +69,20 @@ def find_chromium() -> str | None:
     return next((path for name in CHROMIUM_NAMES if (path := shutil.which(name))), None)
 
 
+@contextmanager
+def chromium_browser() -> Iterator[Any]:
+    """The machine's own Chromium, headless, driven by playwright (which downloads none)."""
+    from playwright.sync_api import sync_playwright
+
+    chromium = find_chromium()
+    if chromium is None:
+        raise FileNotFoundError("Chromium not found (set $CHROMIUM or put it on PATH)")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        yield browser
+        browser.close()
+
+
 def measure_page(browser: Any, url: str, width: int, height: int,
                  screenshot: Path | None) -> dict[str, Any]:
     """Open one page at a window size, run the measuring script, optionally screenshot it."""
@@ -97,28 +106,18 @@ def html_pages(book: Path) -> list[Path]:
 def measure_book(book: Path, width: int = 1280, height: int = 800,
                  screenshots: Path | None = None) -> list[PageReport]:
     """Measure every page of a rendered book; needs Chromium (see find_chromium)."""
-    chromium = find_chromium()
-    if chromium is None:
-        raise FileNotFoundError("Chromium not found (set $CHROMIUM or put it on PATH)")
     pages = html_pages(book)
     if not pages:
         raise FileNotFoundError(f"no HTML pages under {book}")
-    from playwright.sync_api import sync_playwright
-
     reports = []
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
-        try:
-            for page in pages:
-                name = page.relative_to(book).as_posix()
-                shot = None
-                if screenshots is not None:
-                    shot = screenshots / (name.replace("/", "_").removesuffix(".html")
-                                          + f"-{width}.png")
-                measured = measure_page(browser, page.resolve().as_uri(), width, height, shot)
-                reports.append(PageReport(page=name, **measured))
-        finally:
-            browser.close()
+    with chromium_browser() as browser:
+        for page in pages:
+            name = page.relative_to(book).as_posix()
+            shot = None
+            if screenshots is not None:
+                shot = screenshots / f"{name.replace('/', '_').removesuffix('.html')}-{width}.png"
+            measured = measure_page(browser, page.resolve().as_uri(), width, height, shot)
+            reports.append(PageReport(page=name, **measured))
     return reports
 
 

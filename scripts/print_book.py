@@ -2,13 +2,9 @@
 
     python -m scripts.print_book [BOOK_DIR]
 
-Quarto's own PDF formats need typst or LaTeX, which the machines building this book do not
-have; Chromium, which measures the pages anyway, prints them instead. Every page that
-`_quarto.yml` lists is opened in reading order, its diagrams drawn, and its content joined
-into one document that Chromium prints with the book's print stylesheet (book.scss: no
-navigation, code that wraps rather than running off the page), each chapter on a new page
-and every page numbered. Links between chapters become links inside the PDF.
-Exits with status 2 when Chromium is missing.
+Quarto's PDF formats need typst or LaTeX; Chromium, which measures the pages anyway, prints
+them instead: every listed page in reading order, diagrams drawn, joined into one document
+printed with the book's print stylesheet (book.scss), each chapter on a new page.
 """
 
 from __future__ import annotations
@@ -17,10 +13,10 @@ import sys
 from pathlib import Path
 
 from scripts.book_checks import listed_files, load_config
-from scripts.measure_pages import CHROMIUM_FLAGS, PAGE_TIMEOUT, find_chromium
+from scripts.measure_pages import PAGE_TIMEOUT, chromium_browser
 
 ROOT = Path(__file__).resolve().parent.parent
-PDF_NAME = "agentbook.pdf"  # where the sidebar's download link (`downloads` in _quarto.yml) points
+PDF_NAME = "agentbook.pdf"  # the sidebar's download link (`downloads` in _quarto.yml)
 
 # In each page: wait for the diagrams, then return the content with addresses that still
 # hold in another page: images absolute, links to the book's pages as in-document anchors.
@@ -29,10 +25,9 @@ GATHER_JS = """async () => {
     await new Promise((done) => setTimeout(done, 100));
   const main = document.querySelector("main");
   for (const image of main.querySelectorAll("img[src]")) image.src = image.src;
-  for (const link of main.querySelectorAll("a[href]")) {
-    const target = new URL(link.href);
-    if (target.origin === location.origin) link.setAttribute("href", target.hash || "#");
-  }
+  for (const link of main.querySelectorAll("a[href]"))
+    if (new URL(link.href).origin === location.origin)
+      link.setAttribute("href", new URL(link.href).hash || "#");
   return main.innerHTML;
 }"""
 # Put the joined chapters into the first page, then wait until every image has loaded.
@@ -41,38 +36,27 @@ JOIN_JS = """async (chapters) => {
     (html) => `<section style="break-before: page">${html}</section>`).join("");
   await Promise.all(Array.from(document.images, (image) => image.decode().catch(() => null)));
 }"""
-FOOTER = ('<div style="font-size: 8px; width: 100%; text-align: center;">'
-          '<span class="pageNumber"></span></div>')
+FOOTER = '<div style="font: 8px sans-serif; margin: auto"><span class="pageNumber"></span></div>'
 
 
 def print_book(book: Path, root: Path = ROOT) -> Path:
     """Print every listed page of a rendered book, in order, into BOOK/agentbook.pdf."""
-    from playwright.sync_api import sync_playwright
-
-    chromium = find_chromium()
-    if chromium is None:
-        raise FileNotFoundError("Chromium not found (set $CHROMIUM or put it on PATH)")
     pages = [Path(page).with_suffix(".html").as_posix()
              for page in listed_files(load_config(root))]
     output = book / PDF_NAME
     base = book.resolve().as_uri()
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
-        try:
-            tab = browser.new_page(viewport={"width": 1280, "height": 800})
-            chapters = []
-            for page in pages:
-                tab.goto(f"{base}/{page}", wait_until="load", timeout=PAGE_TIMEOUT * 1000)
-                chapters.append(tab.evaluate(GATHER_JS))
-            tab.goto(f"{base}/{pages[0]}", wait_until="load", timeout=PAGE_TIMEOUT * 1000)
-            tab.evaluate(JOIN_JS, chapters)
-            tab.emulate_media(media="print")
-            tab.pdf(path=output, format="A4", print_background=True,
-                    margin={"top": "18mm", "bottom": "18mm", "left": "16mm", "right": "16mm"},
-                    display_header_footer=True, header_template="<span></span>",
-                    footer_template=FOOTER)
-        finally:
-            browser.close()
+    with chromium_browser() as browser:
+        tab = browser.new_page(viewport={"width": 1280, "height": 800})
+        chapters = []
+        for page in pages:
+            tab.goto(f"{base}/{page}", wait_until="load", timeout=PAGE_TIMEOUT * 1000)
+            chapters.append(tab.evaluate(GATHER_JS))
+        tab.goto(f"{base}/{pages[0]}", wait_until="load", timeout=PAGE_TIMEOUT * 1000)
+        tab.evaluate(JOIN_JS, chapters)
+        tab.emulate_media(media="print")
+        tab.pdf(path=output, format="A4", print_background=True, display_header_footer=True,
+                margin={"top": "18mm", "bottom": "18mm", "left": "16mm", "right": "16mm"},
+                header_template="<span></span>", footer_template=FOOTER)
     return output
 
 

@@ -1,23 +1,11 @@
 """Reader notebooks: every chapter without Quarto's markup, for JupyterLab, Binder and Colab.
 
-A reader who opens a chapter notebook itself meets Quarto's source: `{#sec-tools}` after
-headings, `@fig-endings` for a figure's number, `::: {.callout-tip}` fences, `{mermaid}`
-blocks, `[@yao2023react]` citations and `#| label:` lines. For every notebook chapter and
-appendix that `_quarto.yml` lists, this writes a reader notebook of the same name in
-`notebooks/`, its markdown converted by pandoc (the pinned pypandoc-binary) with the Lua
-filters in `filters/`:
-
-- reader-callouts.lua: callouts become blockquotes titled in bold;
-- reader-diagrams.lua: diagrams become plain ```mermaid fences (JupyterLab draws them),
-  captioned, with a link to the drawn figure in the rendered book for Colab;
-- reader-crossref.lua: headings, figures, tables and equations get the book's numbers and
-  anchors, and `@sec-`/`@fig-`/`@tbl-`/`@eq-` references become "Section 1.4",
-  "Figure 1.3", "Appendix A", linked to the anchor or the rendered book's page;
-- pandoc's citeproc: citations become "(Yao et al. 2023)" in the book's default style
-  (Chicago author-date), and reader-references.lua lists the works cited at the end.
-
-Code cells keep their source (less the `#|` option lines), metadata, execution counts and
-outputs, byte for byte: they are taken from the chapter, not from pandoc.
+For each notebook chapter and appendix that `_quarto.yml` lists, this writes a notebook of
+the same name in `notebooks/` whose markdown pandoc (the pinned pypandoc-binary) has
+converted: callouts become blockquotes, diagrams plain ```mermaid fences, references the
+book's numbers ("Figure 1.3") and citations author-date text with the works cited at the
+end, by citeproc (pandoc's default style, as the book's), as `filters/reader-*.lua` say.
+Code cells are the chapter's own, byte for byte, less their `#|` option lines.
 
     python -m scripts.readers           write notebooks/
     python -m scripts.readers --check   exit 1, naming each stale notebook, when one differs
@@ -55,17 +43,14 @@ from scripts.book_checks import (
 ROOT = Path(__file__).resolve().parent.parent
 READERS_DIR = "notebooks"
 FILTERS = ("reader-callouts.lua", "reader-diagrams.lua", "reader-crossref.lua")
-# Where the rendered book is published: GitHub Pages of the repository that `book: repo-url`
-# in _quarto.yml names. A chapter's page is this address plus its path with .html.
+# The rendered book: GitHub Pages of `book: repo-url`; a chapter's page is its path, .html.
 RENDERED_BOOK = "https://{owner}.github.io/{name}/"
 # Pandoc's markdown as Quarto writes it; no automatic heading ids, so that an id is a label.
-MARKDOWN = ("+citations+fenced_divs+header_attributes+bracketed_spans+link_attributes"
-            "+fenced_code_attributes+table_captions+table_attributes+implicit_figures"
-            "+footnotes+native_divs+native_spans+raw_attribute+simple_tables+grid_tables"
-            "+multiline_tables+inline_code_attributes+definition_lists-auto_identifiers"
-            "-gfm_auto_identifiers")
-# Pandoc's markdown reads ```{mermaid} as inline code; Quarto rewrites it before pandoc
-# reads it, and so do we, into the class form pandoc knows.
+MARKDOWN = ("+citations+fenced_divs+header_attributes+bracketed_spans+link_attributes+footnotes"
+            "+fenced_code_attributes+table_captions+table_attributes+implicit_figures+native_divs"
+            "+native_spans+raw_attribute+simple_tables+grid_tables+multiline_tables"
+            "+inline_code_attributes+definition_lists-auto_identifiers-gfm_auto_identifiers")
+# Pandoc reads ```{mermaid} as inline code; like Quarto, we spell it ```{.mermaid} first.
 MERMAID_FENCE = re.compile(r"^(\s*`{3,})\s*\{mermaid\}\s*$", re.MULTILINE)
 UNKNOWN_CITATION = re.compile(r"Citeproc: citation (\S+) not found")
 
@@ -159,10 +144,8 @@ def run_pandoc(book: Book, page: str, mode: str, targets: dict[str, Any]) -> str
     done = subprocess.run([pypandoc.get_pandoc_path(), "-f", reader, "-t",
                            writer + "-fenced_code_attributes", "--wrap=preserve", *extra],
                           input=text, capture_output=True, text=True, env=environment)
-    if failure := re.search(r"READER-ERROR: (.*)", done.stderr):
-        detail = failure[1].strip()
-        raise ReaderError(f"{page}, {detail}" if detail.startswith("cell ")
-                          else f"{page}: {detail}")
+    if failure := re.search(r"READER-ERROR: (.*)", done.stderr):  # from reader-crossref.lua
+        raise ReaderError(f"{page}{',' if failure[1].startswith('cell ') else ':'} {failure[1]}")
     if missing := UNKNOWN_CITATION.search(done.stderr):
         raise ReaderError(f"{page}: @{missing[1]} is cited but the bibliography has no entry")
     if done.returncode != 0:
@@ -194,8 +177,7 @@ def reader_notebook(book: Book, page: str, targets: dict[str, Any]) -> dict[str,
     for cell in converted["cells"]:
         original = originals.get(cell.get("id"))
         if original is None:  # a caption or the references, added by the filters
-            cells.append({"cell_type": "markdown", "id": cell["id"], "metadata": {},
-                          "source": cell_source(cell).strip()})
+            cells.append(dict(cell, metadata={}, source=cell_source(cell).strip()))
         elif original["cell_type"] == "code":
             lines = cell_source(original).split("\n")
             cells.append(dict(original, source="\n".join(
@@ -228,53 +210,46 @@ def leftover_markup(text: str) -> list[str]:
     prose = MATH.sub(" ", CODE_SPAN.sub(" ", prose))
     found = [f"@{key}" for key in references(text)]
     found += [name for name, pattern in LEFTOVER_MARKUP.items() if pattern.search(prose)]
-    lines = text.split("\n")
-    found += ["a {mermaid} block" for line in lines
-              if (fence := FENCE.match(line)) and fence.group(2) == "{mermaid}"]
-    return found
+    return found + ["a {mermaid} block" for line in text.split("\n")
+                    if (fence := FENCE.match(line)) and fence.group(2) == "{mermaid}"]
 
 
 def check_converted(name: str, notebook: dict[str, Any]) -> None:
     """Fail, naming the cell, when Quarto markup survived the conversion."""
     for cell in notebook["cells"]:
         source = cell_source(cell)
-        if cell["cell_type"] == "markdown":
-            found = leftover_markup(source)
-        else:
-            found = ["a #| cell option"] if re.search(r"^#\|", source, re.MULTILINE) else []
+        found = (leftover_markup(source) if cell["cell_type"] == "markdown" else
+                 ["a #| cell option"] if re.search(r"^#\|", source, re.MULTILINE) else [])
         if found:
             raise ReaderError(f"{name}, cell {cell['id']}: the reader notebook still has "
                               f"{', '.join(found)}")
 
 
+def differing(root: Path, readers: dict[str, str]) -> list[str]:
+    """The reader notebooks on disk that differ from `readers`, then those with no chapter."""
+    stale = [name for name, text in readers.items() if not (root / name).is_file()
+             or (root / name).read_text(encoding="utf-8") != text]
+    return stale + [path.relative_to(root).as_posix()
+                    for path in sorted((root / READERS_DIR).glob("*.ipynb"))
+                    if path.relative_to(root).as_posix() not in readers]
+
+
 def write_readers(root: Path, readers: dict[str, str]) -> list[str]:
     """Write the reader notebooks that changed, remove ones whose chapter is gone; return
     the names written or removed."""
-    changed = []
-    for name, text in readers.items():
-        path = root / name
-        if not path.exists() or path.read_text(encoding="utf-8") != text:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
-            changed.append(name)
-    for path in sorted((root / READERS_DIR).glob("*.ipynb")):
-        name = path.relative_to(root).as_posix()
-        if name not in readers:
-            path.unlink()
-            changed.append(name)
+    changed = differing(root, readers)
+    for name in changed:
+        if name in readers:
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_text(readers[name], encoding="utf-8")
+        else:
+            (root / name).unlink()
     return changed
 
 
 def stale_readers(root: Path) -> list[str]:
     """The reader notebooks that differ from what the chapters give, or should not exist."""
-    readers = reader_notebooks(root)
-    stale = [name for name, text in readers.items()
-             if not (root / name).is_file()
-             or (root / name).read_text(encoding="utf-8") != text]
-    stale += [path.relative_to(root).as_posix()
-              for path in sorted((root / READERS_DIR).glob("*.ipynb"))
-              if path.relative_to(root).as_posix() not in readers]
-    return stale
+    return differing(root, reader_notebooks(root))
 
 
 def main(argv: list[str] | None = None) -> int:
