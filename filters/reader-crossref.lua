@@ -172,23 +172,25 @@ local function number_div(div)
   return blocks
 end
 
-local function number_figure(figure)
-  if kind_of(figure.identifier) ~= "fig" then
-    return nil
+-- A figure or table labelled in its own attributes: its words and its caption's text.
+local function labelled(element, kind)
+  if kind_of(element.identifier) ~= kind then
+    return nil, nil
   end
-  local words = count("fig", figure.identifier)
-  local text = pandoc.utils.blocks_to_inlines(figure.caption.long)
+  return count(kind, element.identifier), pandoc.utils.blocks_to_inlines(element.caption.long)
+end
+
+local function number_figure(figure)
+  local words, text = labelled(figure, "fig")
+  if words == nil then return nil end
   local image = pandoc.utils.blocks_to_inlines(figure.content)[1]
   image.attr = pandoc.Attr()
   return { anchor(figure.identifier), pandoc.Para({ image }), caption(words, text) }
 end
 
 local function number_table(tbl)
-  if kind_of(tbl.identifier) ~= "tbl" then
-    return nil
-  end
-  local words = count("tbl", tbl.identifier)
-  local text = pandoc.utils.blocks_to_inlines(tbl.caption.long)
+  local words, text = labelled(tbl, "tbl")
+  if words == nil then return nil end
   local label = tbl.identifier
   tbl.identifier = ""
   tbl.caption = { long = {} }
@@ -214,17 +216,23 @@ local function number_equation(para)
   return nil
 end
 
+-- Remember the notebook cell being read, for error messages; true for a notebook cell.
+local function enter(div)
+  if div.classes:includes("cell") then
+    cell = div.identifier
+    return true
+  end
+  return false
+end
+
 local numbering = {
   traverse = "topdown",
   Div = function(div)
-    if div.classes:includes("cell") then
-      cell = div.identifier
-      if div.classes:includes("code") then
-        return number_code_cell(div), false
-      end
-      return nil
+    if not enter(div) then
+      return number_div(div)
+    elseif div.classes:includes("code") then
+      return number_code_cell(div), false
     end
-    return number_div(div)
   end,
   Header = number_heading,
   Figure = number_figure,
@@ -283,9 +291,7 @@ end
 local references = {
   traverse = "topdown",
   Div = function(div)
-    if div.classes:includes("cell") then
-      cell = div.identifier
-    end
+    enter(div)
   end,
   Cite = resolve,
   Pandoc = function(doc)

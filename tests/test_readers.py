@@ -312,6 +312,12 @@ def test_one_reader_notebook_per_notebook_chapter_and_appendix(
             assert readers.leftover_markup(cell_source(cell)) == [], cell["id"]
 
 
+def assert_in_order(text: str, pieces: list[str]) -> None:
+    positions = [text.find(piece) for piece in pieces]
+    assert -1 not in positions, [piece for piece in pieces if piece not in text]
+    assert positions == sorted(positions)
+
+
 def flat(text: str) -> str:
     """Markdown with its line breaks as spaces, so that wrapping does not matter."""
     return re.sub(r"\s+", " ", text)
@@ -350,9 +356,7 @@ def test_figures_tables_and_equations_are_numbered_in_reading_order(
         '## 1.2 Later<a id="sec-later"></a>', '<div id="fig-picture"></div>',
         "![A picture.](../figures/x.svg)", "Figure 1.3: A picture.",
         "A margin note with [a link](https://example.com) and small."]
-    positions = [body.find(piece) for piece in expected]
-    assert -1 not in positions, [piece for piece in expected if piece not in body]
-    assert positions == sorted(positions)
+    assert_in_order(body, expected)
 
 
 def test_code_cells_lose_their_options_and_keep_everything_else(
@@ -373,9 +377,7 @@ def test_the_works_cited_are_listed_at_the_end(
                 '<div id="ref-yao2023react"></div>', "Yao, Shunyu et al. 2023. “ReAct: "
                 "Synergizing Reasoning and Acting.” *International Conference on Learning "
                 "Representations*."]
-    positions = [references.find(piece) for piece in expected]
-    assert -1 not in positions, [piece for piece in expected if piece not in references]
-    assert positions == sorted(positions)
+    assert_in_order(references, expected)
 
 
 def test_references_to_other_files_link_to_the_rendered_book(
