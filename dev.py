@@ -253,8 +253,8 @@ def install_quarto() -> str | None:
 def book() -> int:
     """Regenerate everything the chapters produce, then render if Quarto is here or can be."""
     set_up()
-    steps = (("scripts.regenerate",), ("scripts.exercises",), ("scripts.grading", "fixtures"),
-             ("scripts.readers",))
+    steps = (("scripts.build.regenerate",), ("scripts.course.exercises",),
+             ("scripts.course.grading", "fixtures"), ("scripts.build.readers",))
     for step in steps:
         status = run(venv_python(), "-m", *step)
         if status != 0:
@@ -271,7 +271,7 @@ def book() -> int:
     status = run(quarto, "render", environment=environment)
     if status != 0:
         return status
-    return run(venv_python(), "-m", "scripts.print_book")
+    return run(venv_python(), "-m", "scripts.build.print_book")
 
 
 def test() -> int:

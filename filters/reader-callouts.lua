@@ -1,4 +1,4 @@
--- Reader notebooks (scripts/readers.py): a callout becomes a blockquote whose first line is
+-- Reader notebooks (scripts/build/readers.py): a callout becomes a blockquote whose first line is
 -- its title in bold, as Jupyter has no callouts. Any other div that is neither a notebook
 -- cell nor a labelled figure or table, and any span, loses its fences and keeps its
 -- content; links lose their attributes ({target="_blank"}), which Jupyter would show as text.

@@ -1,4 +1,4 @@
--- Reader notebooks (scripts/readers.py): Quarto's numbers, written out. Runs after
+-- Reader notebooks (scripts/build/readers.py): Quarto's numbers, written out. Runs after
 -- reader-callouts.lua and reader-diagrams.lua, before citeproc.
 --
 -- Numbers follow Quarto's rules for a book with `crossref: chapters: true`: the converter

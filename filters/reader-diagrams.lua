@@ -1,4 +1,4 @@
--- Reader notebooks (scripts/readers.py): a diagram, written ```{mermaid} for Quarto (the
+-- Reader notebooks (scripts/build/readers.py): a diagram, written ```{mermaid} for Quarto (the
 -- converter spells it ```{.mermaid} for pandoc), becomes a plain ```mermaid fence, which
 -- JupyterLab 4.1 and later draw. Its %%| options go. A labelled diagram becomes a figure
 -- div with its caption last, which reader-crossref.lua numbers as Quarto does, followed by

@@ -1,4 +1,4 @@
--- Reader notebooks (scripts/readers.py), last: images stay links to their files, and,
+-- Reader notebooks (scripts/build/readers.py), last: images stay links to their files, and,
 -- after citeproc, the works this notebook cites go
 -- into a last markdown cell, "References", each entry behind an anchor that its citations
 -- link to (`link-citations`). A notebook that cites nothing gets no such cell.

@@ -13,9 +13,9 @@ import nbformat
 import pytest
 import yaml
 
-from scripts import readers
-from scripts.book_checks import cell_source, launch_target, launch_urls, read_cells
-from scripts.readers import ReaderError
+from scripts.build import readers
+from scripts.checks.book_checks import cell_source, launch_target, launch_urls, read_cells
+from scripts.build.readers import ReaderError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((REPO_ROOT / "chapters").glob("*.ipynb"))
@@ -24,7 +24,7 @@ CHAPTERS = sorted((REPO_ROOT / "chapters").glob("*.ipynb"))
 
 
 def test_every_reader_notebook_is_up_to_date() -> None:
-    assert readers.stale_readers(REPO_ROOT) == [], "run: python -m scripts.readers"
+    assert readers.stale_readers(REPO_ROOT) == [], "run: python -m scripts.build.readers"
 
 
 def test_every_chapter_has_a_reader_notebook() -> None:

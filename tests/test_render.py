@@ -1,7 +1,7 @@
 """The book as readers see it: every line fits the text column, and the rendered book is clean.
 
 The text column of the rendered book holds 79 characters of code or output at a 1280 px
-window (scripts/measure_pages.py measures it in Chromium), so:
+window (scripts/checks/measure_pages.py measures it in Chromium), so:
 
 - the chapters' source lines are held to 79 by ruff (chapters/ruff.toml), and
 - every line the book prints in a monospace block (stored outputs, and code fenced in the
@@ -31,7 +31,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scripts import measure_pages, offline_pages, print_book
+from scripts.build import offline_pages, print_book
+from scripts.checks import measure_pages
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_LINE = 79  # characters of code or output the text column holds at 1280 px
@@ -322,7 +323,7 @@ def test_the_post_render_step_removes_quartos_widget_scripts_and_nothing_else(
 def test_quarto_runs_the_post_render_step() -> None:
     config = yaml.safe_load((ROOT / "_quarto.yml").read_text(encoding="utf-8"))
     step = config["project"]["post-render"]
-    assert step == "scripts/offline_pages.py" and (ROOT / step).is_file()
+    assert step == "scripts/build/offline_pages.py" and (ROOT / step).is_file()
 
 
 def test_no_page_loads_a_script_or_stylesheet_from_the_network(

@@ -7,8 +7,8 @@ book's numbers ("Figure 1.3") and citations author-date text with the works cite
 end, by citeproc (pandoc's default style, as the book's), as `filters/reader-*.lua` say.
 Code cells are the chapter's own, byte for byte, less their `#|` option lines.
 
-    python -m scripts.readers           write notebooks/
-    python -m scripts.readers --check   exit 1, naming each stale notebook, when one differs
+    python -m scripts.build.readers           write notebooks/
+    python -m scripts.build.readers --check   exit 1, naming each stale notebook, when one differs
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 import nbformat
 import pypandoc
 
-from scripts.book_checks import (
+from scripts.checks.book_checks import (
     CODE_SPAN,
     FENCE,
     bibliography_keys,
@@ -40,7 +40,7 @@ from scripts.book_checks import (
     repository,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 READERS_DIR = "notebooks"
 FILTERS = ("reader-callouts.lua", "reader-diagrams.lua", "reader-crossref.lua")
 # The rendered book: GitHub Pages of `book: repo-url`; a chapter's page is its path, .html.
@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.check:
             stale = stale_readers(ROOT)
             for name in stale:
-                print(f"{name} is stale: run python -m scripts.readers", file=sys.stderr)
+                print(f"{name} is stale: run python -m scripts.build.readers", file=sys.stderr)
             return 1 if stale else 0
         for name in write_readers(ROOT, reader_notebooks(ROOT)):
             print(f"wrote {name}")

@@ -1,6 +1,6 @@
 """Print the rendered book to one PDF, _book/agentbook.pdf, with Chromium.
 
-    python -m scripts.print_book [BOOK_DIR]
+    python -m scripts.build.print_book [BOOK_DIR]
 
 Quarto's PDF formats need typst or LaTeX; Chromium, which measures the pages anyway, prints
 them instead: every listed page in reading order, diagrams drawn, joined into one document
@@ -12,10 +12,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from scripts.book_checks import listed_files, load_config
-from scripts.measure_pages import PAGE_TIMEOUT, chromium_browser
+from scripts.checks.book_checks import listed_files, load_config
+from scripts.checks.measure_pages import PAGE_TIMEOUT, chromium_browser
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PDF_NAME = "agentbook.pdf"  # the sidebar's download link (`downloads` in _quarto.yml)
 
 # In each page: wait for the diagrams, then return the content with addresses that still

@@ -1,6 +1,6 @@
 """Measure the rendered book as a reader's browser lays it out, at 1280 and 390 px.
 
-    python -m scripts.measure_pages [BOOK_DIR] [--width W ...] [--height 800]
+    python -m scripts.checks.measure_pages [BOOK_DIR] [--width W ...] [--height 800]
                                     [--screenshots DIR]
 
 Opens every HTML page of BOOK_DIR (default `_book`) in Chromium, driven by the pinned
