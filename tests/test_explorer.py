@@ -304,8 +304,8 @@ def render(tmp: Path) -> Path:
     # left behind.
     shutil.copytree(REPO_ROOT, tmp, ignore=shutil.ignore_patterns(*NOT_COPIED),
                     dirs_exist_ok=True)
-    done = subprocess.run(["quarto", "render"], cwd=tmp, capture_output=True, text=True,
-                          timeout=900)
+    done = subprocess.run(["quarto", "render", "--to", "html"], cwd=tmp, capture_output=True,
+                          text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     page = tmp / CHAPTER_PAGE
     assert page.is_file(), f"quarto did not write {page}"
