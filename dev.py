@@ -4,7 +4,8 @@
                            the student exercises, their graded example submissions
                            and the reader notebooks from the sources, then render
                            with Quarto (from PATH, or pip-installed into .venv when
-                           it can be)
+                           it can be) to HTML and EPUB, and print the PDF with
+                           Chromium
     python3 dev.py test    set up .venv, then run ruff, mypy and every test
 
 Set-up creates a virtual environment in .venv and installs the pinned
@@ -252,8 +253,8 @@ def install_quarto() -> str | None:
 def book() -> int:
     """Regenerate everything the chapters produce, then render if Quarto is here or can be."""
     set_up()
-    steps = (("scripts.regenerate",), ("scripts.exercises",), ("scripts.grading", "fixtures"),
-             ("scripts.readers",))
+    steps = (("scripts.build.regenerate",), ("scripts.course.exercises",),
+             ("scripts.course.grading", "fixtures"), ("scripts.build.readers",))
     for step in steps:
         status = run(venv_python(), "-m", *step)
         if status != 0:
@@ -262,7 +263,15 @@ def book() -> int:
     if quarto is None:
         print(QUARTO_HELP, file=sys.stderr)
         return 3
-    return run(quarto, "render")
+    # The EPUB's diagrams are drawn to PNG by a browser: Quarto is told which one.
+    chromium = os.environ.get("CHROMIUM") or shutil.which("chromium")
+    environment = dict(os.environ, QUARTO_CHROMIUM_HEADLESS_MODE="new")
+    if chromium:
+        environment.setdefault("QUARTO_CHROMIUM", chromium)
+    status = run(quarto, "render", environment=environment)
+    if status != 0:
+        return status
+    return run(venv_python(), "-m", "scripts.build.print_book")
 
 
 def test() -> int:

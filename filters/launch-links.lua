@@ -1,9 +1,9 @@
 -- Put "Open on Binder" and "Open in Colab" links under the title of every chapter that is a
 -- notebook, in HTML output. They open the chapter's reader notebook, notebooks/NAME.ipynb,
--- which scripts/readers.py writes from chapters/NAME.ipynb without Quarto's markup; Binder
+-- which scripts/build/readers.py writes from chapters/NAME.ipynb without Quarto's markup; Binder
 -- opens it in JupyterLab. The repository and branch come from `book: repo-url` and
 -- `book: repo-branch` in _quarto.yml, so the links follow wherever the book is published.
--- The URL forms are the ones scripts/book_checks.py checks in README.md and index.qmd.
+-- The URL forms are the ones scripts/checks/book_checks.py checks in README.md and index.qmd.
 
 local function text(value)
   if value == nil then

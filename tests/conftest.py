@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from scripts.checks.measure_pages import find_chromium
+
 settings.register_profile(
     "ci", max_examples=200, derandomize=True, deadline=None, print_blob=False, database=None
 )
@@ -60,8 +62,14 @@ def rendered_book(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not log_file.exists():
             shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*NOT_COPIED))
-            finished = subprocess.run([quarto, "render"], cwd=source, capture_output=True,
-                                      text=True, timeout=RENDER_TIMEOUT)
+            # The EPUB's diagrams are drawn by Chromium; without it only the HTML is rendered.
+            chromium = find_chromium()
+            formats = [] if chromium else ["--to", "html"]
+            environment = dict(os.environ, QUARTO_CHROMIUM=chromium or "",
+                               QUARTO_CHROMIUM_HEADLESS_MODE="new")
+            finished = subprocess.run([quarto, "render", *formats], cwd=source,
+                                      capture_output=True, text=True, timeout=RENDER_TIMEOUT,
+                                      env=environment)
             log = ANSI.sub("", finished.stdout + finished.stderr)
             assert finished.returncode == 0, log
             log_file.write_text(log, encoding="utf-8")

@@ -1,4 +1,4 @@
-"""The book's structure, checked without Quarto (scripts/book_checks.py holds the checks).
+"""The book's structure, checked without Quarto (scripts/checks/book_checks.py holds the checks).
 
 Each test runs one check twice: on the real book, where it must find nothing, and on a small
 book in tmp_path that is first whole (nothing found either) and then broken on purpose, where
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from scripts import book_checks
-from scripts.book_checks import (
+from scripts.checks import book_checks
+from scripts.checks.book_checks import (
     check_citations,
     check_crossrefs,
     check_diagrams,
@@ -267,9 +267,9 @@ def test_a_notebook_that_imports_agentbook_installs_it_first(book: Path) -> None
         "installed it must print nothing",
         "exercises/none.ipynb: code cell 1 imports agentbook, but no install cell comes before it",
         "exercises/other.ipynb: the install cell differs from the book's, which installs the "
-        "release v0.3.1 (see INSTALL_CELL in scripts/book_checks.py)",
+        "release v0.3.1 (see INSTALL_CELL in scripts/checks/book_checks.py)",
         "notebooks/unpinned.ipynb: the install cell differs from the book's, which installs the "
-        "release v0.3.1 (see INSTALL_CELL in scripts/book_checks.py)",
+        "release v0.3.1 (see INSTALL_CELL in scripts/checks/book_checks.py)",
     ]
     (book / "pyproject.toml").write_text('[project]\nname = "tiny"\n')
     assert check_install_cells(book) == [

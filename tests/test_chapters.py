@@ -12,7 +12,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from scripts import save
+from scripts.build import save
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((REPO_ROOT / "chapters").glob("*.ipynb"))

@@ -13,8 +13,8 @@ import pytest
 import yaml
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from scripts.book_checks import INSTALL_CELL
-from scripts.exercises import (
+from scripts.checks.book_checks import INSTALL_CELL
+from scripts.course.exercises import (
     ExercisesError,
     bundle_tests,
     diff,
@@ -22,7 +22,7 @@ from scripts.exercises import (
     unpack_tests,
     write,
 )
-from scripts.regenerate import KERNELSPEC
+from scripts.build.regenerate import KERNELSPEC
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CHAPTER = REPO_ROOT / "chapters" / "01_anatomy.ipynb"

@@ -26,8 +26,8 @@ import nbformat
 import pytest
 import yaml
 
-from scripts.exercises import build, committed_files, diff, unpack_tests
-from scripts.grading import (
+from scripts.course.exercises import build, committed_files, diff, unpack_tests
+from scripts.course.grading import (
     FIXTURES_DIR,
     WRONG_ANSWERS,
     Graded,
@@ -44,7 +44,7 @@ from scripts.grading import (
     wrong_answer_name,
     write_scores,
 )
-from scripts.grading import main as grading_main
+from scripts.course.grading import main as grading_main
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SOURCE = REPO_ROOT / "exercises" / "source" / "anatomy-exercises.ipynb"
@@ -87,12 +87,13 @@ def test_committed_student_version_is_current(built: tuple[dict[str, str], Path]
     # That every reference solution passes its tests is checked by grading the correct fixture.
     files, _ = built
     stale = diff(committed_files(REPO_ROOT, files), files)
-    assert not stale, "run `python -m scripts.exercises` and commit the result\n" + stale
+    assert not stale, "run `python -m scripts.course.exercises` and commit the result\n" + stale
 
 
 def test_fixture_submissions_are_current() -> None:
     stale = diff(committed_fixtures(REPO_ROOT), fixture_files(REPO_ROOT))
-    assert not stale, "run `python -m scripts.grading fixtures` and commit the result\n" + stale
+    assert not stale, ("run `python -m scripts.course.grading fixtures` and commit the "
+                       "result\n" + stale)
 
 
 def test_every_autograded_question_has_a_wrong_answer_fixture() -> None:
@@ -102,7 +103,7 @@ def test_every_autograded_question_has_a_wrong_answer_fixture() -> None:
 
 
 def test_a_wrong_answer_whose_text_is_gone_is_reported(tmp_path: Path) -> None:
-    from scripts.grading import WrongAnswer, with_wrong_answer
+    from scripts.course.grading import WrongAnswer, with_wrong_answer
 
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1", id="a")])
     missing = WrongAnswer("anatomy_q1b", "gone", "a", (("x = 2", "x = 3"),))
@@ -223,7 +224,7 @@ def test_class_grading_in_containers_calls_otter_grade_once_per_kind_of_file(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # No Docker here: a stand-in for `otter grade` checks its command line and writes the CSV
     # otter would, for the files it was given.
-    import scripts.grading as grading
+    import scripts.course.grading as grading
 
     calls: list[list[str]] = []
 

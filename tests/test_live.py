@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from scripts import live_book
+from scripts.build import live_book
 from tests.test_explorer import CHROMIUM_FLAGS, chromium_path
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -45,7 +45,7 @@ def book_copy(tmp_path: Path) -> Path:
 def regenerate(book: Path, hash_seed: str) -> str:
     """Regenerate a copy of the book under a hash seed; return what git says changed."""
     environment = {**os.environ, "PYTHONHASHSEED": hash_seed}
-    done = subprocess.run([sys.executable, "-m", "scripts.regenerate"], cwd=book,
+    done = subprocess.run([sys.executable, "-m", "scripts.build.regenerate"], cwd=book,
                           env=environment, capture_output=True, text=True)
     assert done.returncode == 0, f"regenerate failed under PYTHONHASHSEED={hash_seed}:\n" + (
         done.stdout + done.stderr)[-3000:]

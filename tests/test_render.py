@@ -1,7 +1,7 @@
 """The book as readers see it: every line fits the text column, and the rendered book is clean.
 
 The text column of the rendered book holds 79 characters of code or output at a 1280 px
-window (scripts/measure_pages.py measures it in Chromium), so:
+window (scripts/checks/measure_pages.py measures it in Chromium), so:
 
 - the chapters' source lines are held to 79 by ruff (chapters/ruff.toml), and
 - every line the book prints in a monospace block (stored outputs, and code fenced in the
@@ -10,15 +10,19 @@ window (scripts/measure_pages.py measures it in Chromium), so:
 With Quarto on PATH, the book is rendered into a temporary folder and checked: no warning,
 every page that _quarto.yml lists, no unresolved cross-reference, every figure file, the
 equations as MathML, and no page or stylesheet that loads a script or stylesheet from the
-network. With Chromium too, every page is measured at 1280 px: nothing wider than its column,
-diagram text of at least 11 px, labels readable against their fills. Without Quarto or
-Chromium those tests skip and say why.
+network. With Chromium too, every page is measured at 1280 px and at 390 px: nothing wider
+than its column, diagram text of at least 11 px, labels readable against their fills; the
+EPUB opens with ebooklib and holds every chapter, caption and citation, and the printed PDF
+holds them too with no text in its margins. Without Quarto, Chromium or poppler those tests
+skip and say why.
 """
 
 from __future__ import annotations
 
 import json
+from html import unescape
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -27,7 +31,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scripts import measure_pages, offline_pages
+from scripts.build import offline_pages, print_book
+from scripts.checks import measure_pages
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_LINE = 79  # characters of code or output the text column holds at 1280 px
@@ -298,7 +303,7 @@ def test_the_post_render_step_removes_quartos_widget_scripts_and_nothing_else(
 def test_quarto_runs_the_post_render_step() -> None:
     config = yaml.safe_load((ROOT / "_quarto.yml").read_text(encoding="utf-8"))
     steps = config["project"]["post-render"]
-    assert steps == ["scripts/offline_pages.py", "scripts/live_book.py"]
+    assert steps == ["scripts/build/offline_pages.py", "scripts/build/live_book.py"]
     assert all((ROOT / step).is_file() for step in steps)
 
 
@@ -308,11 +313,13 @@ def test_no_page_loads_a_script_or_stylesheet_from_the_network(
     assert network_references(book) == []
 
 
-def test_every_page_fits_its_column_at_1280_px(rendered: tuple[Path, str]) -> None:
+@pytest.mark.parametrize("width", measure_pages.WIDTHS)
+def test_every_page_fits_its_column(rendered: tuple[Path, str], width: int) -> None:
+    """At a laptop's 1280 px and a phone's 390 px."""
     if measure_pages.find_chromium() is None:
         pytest.skip(CHROMIUM_MISSING)
     book, _ = rendered
-    reports = measure_pages.measure_book(book, width=1280, height=800)
+    reports = measure_pages.measure_book(book, width=width, height=800)
     assert {report.page for report in reports} >= {str(html_for(p)) for p in book_files(ROOT)}
     # Chromium lays out what it loads: every chapter has code blocks and every diagram text.
     assert all(report.columns_chars for report in reports if report.page.startswith("chap"))
@@ -355,3 +362,81 @@ def test_the_measurement_finds_wide_blocks_small_text_and_low_contrast(tmp_path:
     assert "code line of 200 characters" in problems[0]
     assert 'text of 6.4 px ("dim")' in problems[1]
     assert '"dim" at 1.' in problems[2]
+
+
+# --- The book to take away: EPUB and PDF --------------------------------------------------------
+
+def page_titles(book: Path) -> list[str]:
+    """The title of every listed page, as the rendered HTML shows it."""
+    titles = []
+    for page in book_files(ROOT):
+        html = (book / html_for(page)).read_text(encoding="utf-8")
+        title = re.search(r'<h1 class="title">(.*?)</h1>', html, re.DOTALL)
+        assert title, page
+        words = re.search(r'class="chapter-title">(.*?)</span>', title.group(1))
+        text = re.sub(r"<[^>]+>", " ", (words or title).group(1))
+        titles.append(" ".join(unescape(text).split()))
+    return titles
+
+
+def captions(text: str) -> list[str]:
+    """The figure and table numbers a text shows ("Figure 1.3")."""
+    found = re.findall(r"(?:Figure|Table)\s[\dA-Z]+\.\d+", unescape(text))
+    return sorted({" ".join(number.split()) for number in found})
+
+
+def test_the_epub_holds_every_chapter_figure_and_citation(rendered: tuple[Path, str]) -> None:
+    book, _ = rendered
+    if not (book / "agentbook.epub").is_file():
+        pytest.skip(CHROMIUM_MISSING + ", and Quarto needs it for the EPUB's diagrams")
+    from ebooklib import ITEM_DOCUMENT, ITEM_IMAGE, epub
+
+    read = epub.read_epub(str(book / "agentbook.epub"))
+    documents = [item.get_content().decode("utf-8") for item in read.get_items_of_type(
+        ITEM_DOCUMENT)]
+    text = re.sub(r"<[^>]+>", " ", "\n".join(documents))
+    text = re.sub(r"\s+", " ", text)
+    for title in page_titles(book):
+        assert title in text, title
+    html = " ".join(page.read_text(encoding="utf-8") for page in measure_pages.html_pages(book))
+    assert captions(text) == captions(re.sub(r"<[^>]+>", " ", html))
+    assert "Yao, Shunyu" in text and "Building Effective Agents" in text
+    images = [item.get_name() for item in read.get_items_of_type(ITEM_IMAGE)]
+    # The chapters' figures stay SVG; each diagram is drawn to a PNG.
+    assert len([name for name in images if name.endswith(".svg")]) >= 3, images
+    diagrams = html.count('<pre class="mermaid mermaid-js"')
+    assert diagrams and len([name for name in images if name.endswith(".png")]) == diagrams
+
+
+def test_the_pdf_holds_the_book_and_no_text_runs_past_the_margin(
+        rendered: tuple[Path, str]) -> None:
+    book, _ = rendered
+    if measure_pages.find_chromium() is None:
+        pytest.skip(CHROMIUM_MISSING)
+    if not (shutil.which("pdftoppm") and shutil.which("pdftotext")):
+        pytest.skip("poppler-utils (pdftoppm, pdftotext) is not installed")
+    from PIL import Image
+
+    pdf = print_book.print_book(book, root=book.parent)
+    text = subprocess.run(["pdftotext", str(pdf), "-"], capture_output=True, text=True,
+                          check=True).stdout
+    flat = re.sub(r"\s+", " ", text)
+    for title in page_titles(book):
+        assert title in flat, title
+    html = " ".join(page.read_text(encoding="utf-8") for page in measure_pages.html_pages(book))
+    assert captions(flat) == captions(re.sub(r"<[^>]+>", " ", html))
+    # Pages as pictures: 20 pixels per 10 mm. The printed margins are 16 mm; nothing dark
+    # may reach the outer 12 mm of either side.
+    pictures = pdf.parent / "pages"
+    pictures.mkdir()
+    subprocess.run(["pdftoppm", "-r", "50", "-png", str(pdf), str(pictures / "p")], check=True)
+    crossing = []
+    for picture in sorted(pictures.glob("*.png")):
+        image = Image.open(picture).convert("L")
+        strip = round(image.width * 12 / 210)
+        for box in ((0, 0, strip, image.height),
+                    (image.width - strip, 0, image.width, image.height)):
+            if image.crop(box).getextrema()[0] < 160:
+                crossing.append(picture.name)
+    assert len(list(pictures.glob("*.png"))) > 20
+    assert not crossing, crossing

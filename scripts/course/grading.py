@@ -1,10 +1,10 @@
 """Grade exercise submissions with otter-grader, one notebook or a whole class.
 
-    python -m scripts.grading fixtures [--check]
+    python -m scripts.course.grading fixtures [--check]
         write (or check) the graded fixtures in tests/fixtures/submissions/: the
         correct solution, the unanswered student notebook and one plausible
         wrong answer per autograded question, all made from the annotated source
-    python -m scripts.grading class DIR [-o grades.csv] [--autograder ZIP] [--workers N]
+    python -m scripts.course.grading class DIR [-o grades.csv] [--autograder ZIP] [--workers N]
         grade every notebook (or otter export zip) in DIR and write one CSV of
         per-question scores, plus a web page of every written answer by question
 
@@ -35,9 +35,9 @@ from pathlib import Path
 
 import nbformat
 
-from scripts.exercises import ExercisesError, build, diff, normalize, source_notebooks, write
+from scripts.course.exercises import ExercisesError, build, diff, normalize, source_notebooks, write
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SOURCE = "exercises/source/anatomy-exercises.ipynb"
 STUDENT = "exercises/anatomy-exercises.ipynb"
 FIXTURES_DIR = "tests/fixtures/submissions"
@@ -601,8 +601,8 @@ def fixtures_command(root: Path, check: bool) -> int:
     if check:
         stale = diff(committed, wanted)
         if stale:
-            print("The fixture submissions are stale; run `python -m scripts.grading fixtures`.\n",
-                  file=sys.stderr)
+            command = "python -m scripts.course.grading fixtures"
+            print(f"The fixture submissions are stale; run `{command}`.\n", file=sys.stderr)
             print(stale, file=sys.stderr)
             return 1
         print("fixture submissions are up to date")

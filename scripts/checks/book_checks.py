@@ -9,7 +9,7 @@ links point at the book's repository; and a notebook that imports the package ca
 
 Each `check_*` function takes the book's root folder and returns the problems it found, one
 sentence each, naming the file; an empty list means the check passes. Run
-`python -m scripts.book_checks` to print them all.
+`python -m scripts.checks.book_checks` to print them all.
 """
 
 from __future__ import annotations
@@ -504,7 +504,7 @@ def check_install_cells(root: Path) -> list[str]:
         if cell_source(installs[0]).strip() != expected:
             problems.append(f"{name}: the install cell differs from the book's, which "
                             f"installs the release {tag} (see INSTALL_CELL in "
-                            "scripts/book_checks.py)")
+                            "scripts/checks/book_checks.py)")
         if installs[0].get("outputs"):
             problems.append(f"{name}: the install cell has stored outputs; where the package "
                             "is installed it must print nothing")
@@ -516,7 +516,7 @@ CHECKS = (check_listed_files, check_crossrefs, check_citations, check_diagrams, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    root = Path(argv[0]) if argv else Path(__file__).resolve().parent.parent
+    root = Path(argv[0]) if argv else Path(__file__).resolve().parents[2]
     problems = [problem for check in CHECKS for problem in check(root)]
     for problem in problems:
         print(problem)

@@ -1,6 +1,6 @@
 """Regenerate everything the chapters produce: the package, the outputs, the figures.
 
-Run as ``python -m scripts.regenerate``. It saves the ``# @save`` cells into
+Run as ``python -m scripts.build.regenerate``. It saves the ``# @save`` cells into
 ``agentbook/``, then executes every chapter notebook in place, in the book's
 order, and stores it with only the metadata that does not vary between
 machines. The figures are written by the chapters' own cells while they run.
@@ -15,9 +15,9 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-from scripts import save
+from scripts.build import save
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
 # A cell tagged like this is shown but never run: the one live-model call.
 SKIP_TAG = "skip-execution"

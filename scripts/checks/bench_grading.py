@@ -1,13 +1,13 @@
 """Time class grading: how long a class of generated submissions takes, and how many a minute.
 
-    python -m scripts.bench_grading                 200 submissions, one worker per core
-    python -m scripts.bench_grading --count 40 --workers 2
+    python -m scripts.checks.bench_grading                 200 submissions, one worker per core
+    python -m scripts.checks.bench_grading --count 40 --workers 2
 
 The class is made from the fixture submissions (tests/fixtures/submissions/), copied in
 turn until there are ``--count`` of them: a mix of correct, unanswered and wrong answers to
 every autograded question. The autograder zip is built first, with ``otter assign``, and
 that build is timed apart from the grading. Grading is the process pool that
-``python -m scripts.grading class`` uses where Docker is not available.
+``python -m scripts.course.grading class`` uses where Docker is not available.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import nbformat
 
-from scripts.grading import (
+from scripts.course.grading import (
     FIXTURES_DIR,
     ROOT,
     build_autograder,

@@ -10,9 +10,9 @@ line), so that ``grader.check`` works wherever the notebook is opened. The
 autograder version (solutions and every test) is not committed: it is rebuilt
 whenever it is needed.
 
-    python -m scripts.exercises                 write the student versions
-    python -m scripts.exercises --check         exit 1 with a diff when they are stale
-    python -m scripts.exercises --autograder D  also keep the autograder versions in D
+    python -m scripts.course.exercises                 write the student versions
+    python -m scripts.course.exercises --check         exit 1 with a diff when they are stale
+    python -m scripts.course.exercises --autograder D  also keep the autograder versions in D
 
 Either way ``otter assign`` first runs every test against the solutions, and a
 solution that fails its own tests stops the build with otter's report. (The test
@@ -36,9 +36,9 @@ from pathlib import Path
 
 import nbformat
 
-from scripts.regenerate import KERNELSPEC
+from scripts.build.regenerate import KERNELSPEC
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXERCISES_DIR = "exercises"
 SOURCE_DIR = "exercises/source"
 TESTS_DIR = "exercises/tests"
@@ -253,8 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         stale = diff(committed, wanted)
         if stale:
-            print("The committed student exercises are stale; run `python -m scripts.exercises` "
-                  "and commit the result.\n", file=sys.stderr)
+            print("The committed student exercises are stale; run `python -m "
+                  "scripts.course.exercises` and commit the result.\n", file=sys.stderr)
             print(stale, file=sys.stderr)
             return 1
         print("student exercises are up to date; every solution passes its tests")

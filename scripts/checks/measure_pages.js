@@ -1,6 +1,5 @@
-// Evaluated in each page of the rendered book by scripts/measure_pages.py; returns a
-// promise of plain data. Waits until the page has loaded and Quarto's Mermaid runtime has
-// turned every diagram into an SVG, then measures what a reader sees at this window size.
+// Run in each page by measure_pages.py: once Quarto's Mermaid runtime has drawn every
+// diagram, measures what a reader sees at this window size and returns plain data.
 (async () => {
   const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
   for (let tries = 0; tries < 500; tries++) {
@@ -45,8 +44,17 @@
         `${line.length} characters, ${charsThatFit(pre)} fit: ${line.slice(0, 60)}`);
     }
   }
+  // A box that scrolls sideways inside the column (a wide table or diagram on a phone)
+  // holds what is wider than the column; the reader scrolls that box, not the page.
+  const inScrollBox = (el) => {
+    for (let box = el.parentElement; box && box !== main; box = box.parentElement)
+      if (["auto", "scroll"].includes(getComputedStyle(box).overflowX) &&
+          box.getBoundingClientRect().right <= column.right + 1) return true;
+    return false;
+  };
   for (const el of main.querySelectorAll("img, svg, table, math, mjx-container, .figure")) {
     if (outside(el) || el.closest("pre, svg svg") || el.parentElement.closest("svg")) continue;
+    if (inScrollBox(el)) continue;
     const box = el.getBoundingClientRect();
     if (box.right > column.right + 1 || box.left < column.left - 1) {
       tooWide.push(`${el.tagName.toLowerCase()} of ${Math.round(box.width)} px ` +

@@ -1,6 +1,6 @@
 """Make the rendered book's cells runnable in the page: Quarto's second post-render step.
 
-    python scripts/live_book.py [BOOK_DIR]
+    python scripts/build/live_book.py [BOOK_DIR]
 
 It puts into BOOK_DIR/live/ everything the page's Python needs, and nothing from another host:
 
@@ -30,7 +30,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LIVE = ROOT / "live"
 CORE = json.loads((LIVE / "pyodide-core.json").read_text(encoding="utf-8"))
 RUNTIME_FILES = ("live.js", "worker.js", "runner.py")
@@ -249,7 +249,7 @@ def build_wheel(folder: Path) -> Path:
              for path in sorted((ROOT / "agentbook").glob("*.py"))}
     files[f"{info}/METADATA"] = (f"Metadata-Version: 2.1\nName: agentbook\n"
                                  f"Version: {version}\nRequires-Python: >=3.11\n").encode()
-    files[f"{info}/WHEEL"] = (b"Wheel-Version: 1.0\nGenerator: scripts/live_book.py\n"
+    files[f"{info}/WHEEL"] = (b"Wheel-Version: 1.0\nGenerator: scripts/build/live_book.py\n"
                               b"Root-Is-Purelib: true\nTag: py3-none-any\n")
     record = [record_line(name, data) for name, data in files.items()] + [f"{info}/RECORD,,"]
     files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()

@@ -1,16 +1,16 @@
 """Time what the book's speed targets are about. Rerun it; quote medians.
 
-    python -m scripts.bench chapter [--runs N]   execute each chapter (in a scratch copy)
-    python -m scripts.bench tests [--runs N]     the whole pytest suite, after set-up
-    python -m scripts.bench commands [--runs N]  on fresh clones with empty package caches:
+    python -m scripts.checks.bench chapter [--runs N]   execute each chapter (in a scratch copy)
+    python -m scripts.checks.bench tests [--runs N]     the whole pytest suite, after set-up
+    python -m scripts.checks.bench commands [--runs N]  on fresh clones with empty package caches:
                                                  set-up alone, then `python3 dev.py test`
                                                  right after it and once more
-    python -m scripts.bench import [--runs N]    `import agentbook` in fresh interpreters,
+    python -m scripts.checks.bench import [--runs N]    `import agentbook` in fresh interpreters,
                                                  against `python -c pass` and a stdlib-only
                                                  kernel's imports
-    python -m scripts.bench loop [--runs N]      run_agent against a bare loop doing the
+    python -m scripts.checks.bench loop [--runs N]      run_agent against a bare loop doing the
                                                  same work on the same scenario
-    python -m scripts.bench live [--runs N]      the rendered book's live cells in Chromium
+    python -m scripts.checks.bench live [--runs N]      the rendered book's live cells in Chromium
                                                  (render first): first output, Run all, bytes
 
 Targets: set-up under 40 s and the test suite under 30 s on a 2-core machine; a chapter
@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from dev import PYTEST_SPREAD
-from scripts.regenerate import ROOT, chapter_notebooks, execute
+from scripts.build.regenerate import ROOT, chapter_notebooks, execute
 
 # What the reference's kernel imports: the standard library only.
 STDLIB_KERNEL_IMPORTS = "import json, dataclasses, enum, collections, typing"

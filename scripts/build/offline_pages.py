@@ -1,6 +1,6 @@
 """Keep the rendered book free of network requests: Quarto's post-render step.
 
-    python scripts/offline_pages.py [BOOK_DIR]
+    python scripts/build/offline_pages.py [BOOK_DIR]
 
 Quarto adds require.js and jQuery, loaded from a CDN, to the head of every page whose notebook
 has an HTML or JavaScript output, followed by an inline `define('jquery', ...)` that needs

@@ -1,0 +1,1 @@
+"""Building the book: save, regenerate, reader notebooks, and the render helpers."""

@@ -1,0 +1,1 @@
+"""Checking the book: its sources, its rendered pages, and its speed."""

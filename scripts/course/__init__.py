@@ -1,0 +1,1 @@
+"""The course: the student exercises and their grading with otter-grader."""
