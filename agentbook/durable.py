@@ -166,42 +166,10 @@ def deny(request: ApprovalRequest, reviewer: str,
                             _named(reason, "reason"))
 
 
-# From chapters/02_durable.ipynb, cell paused-run
+# From chapters/02_durable.ipynb, cell paused-data
 PAUSED_FORMAT = "agentbook paused run, version 1"
 
 
-@dataclass
-class PausedRun:
-    """A run stopped at a message whose calls include some to approve.
-
-    ``state`` ends with that assistant message, its calls unanswered.
-    ``settled`` has one entry per call of the message, in order: the
-    observation of a call already handled, or None for a call waiting in
-    ``requests``.
-    """
-
-    run_id: str
-    state: RunState
-    settled: list[Observation | None]
-    requests: list[ApprovalRequest] = field(default_factory=list)
-
-    def to_json(self) -> str:
-        """The paused run as JSON text, for a reviewer who answers later."""
-        return json.dumps({
-            "format": PAUSED_FORMAT, "run_id": self.run_id,
-            "state": _state_data(self.state),
-            "settled": [None if o is None else _observation_data(o)
-                        for o in self.settled],
-            "requests": [_request_data(r) for r in self.requests]},
-            allow_nan=False)
-
-    @classmethod
-    def from_json(cls, text: str) -> "PausedRun":
-        """Read a paused run back; a damaged or edited save raises."""
-        return _checked_paused(_loaded(text, "paused run"))
-
-
-# From chapters/02_durable.ipynb, cell paused-data
 def _observation_data(o: Observation) -> dict[str, Any]:
     return {"call_id": o.call_id, "ok": o.ok, "kind": o.kind,
             "content": o.content}
@@ -221,6 +189,7 @@ def _request_data(r: ApprovalRequest) -> dict[str, Any]:
             "reason": r.reason}
 
 
+# From chapters/02_durable.ipynb, cell saved-text
 def _loaded(text: str, what: str) -> Any:
     """Parse saved JSON, or say that it is not JSON."""
     try:
@@ -265,7 +234,7 @@ def _pending_state(data: Any) -> tuple[RunState, list[ToolCall]]:
     return state, calls
 
 
-# From chapters/02_durable.ipynb, cell checked-paused
+# From chapters/02_durable.ipynb, cell checked-request
 def _checked_request(data: Any, run_id: str,
                      call: ToolCall) -> ApprovalRequest:
     """One saved request: its digest intact, and the call it waits for."""
@@ -283,8 +252,11 @@ def _checked_request(data: Any, run_id: str,
     return request
 
 
-def _checked_paused(data: Any) -> PausedRun:
-    """Rebuild a PausedRun from parsed JSON, or say what is wrong."""
+# From chapters/02_durable.ipynb, cell checked-paused
+def _checked_paused(data: Any) -> tuple[str, RunState,
+                                        list[Observation | None],
+                                        list[ApprovalRequest]]:
+    """A saved paused run's parts, checked, or a ValueError saying why."""
     _refuse(isinstance(data, dict) and set(data) == {
         "format", "run_id", "state", "settled", "requests"}
         and data["format"] == PAUSED_FORMAT, "not a saved paused run")
@@ -304,7 +276,39 @@ def _checked_paused(data: Any) -> PausedRun:
             "a settled observation answers another call")
     checked = [_checked_request(r, data["run_id"], c)
                for r, c in zip(requests, waiting, strict=True)]
-    return PausedRun(data["run_id"], state, settled, checked)
+    return data["run_id"], state, settled, checked
+
+
+# From chapters/02_durable.ipynb, cell paused-run
+@dataclass
+class PausedRun:
+    """A run stopped at a message whose calls include some to approve.
+
+    ``state`` ends with that assistant message, its calls unanswered.
+    ``settled`` has one entry per call of the message, in order: the
+    observation of a call already handled, or None for a call waiting in
+    ``requests``.
+    """
+
+    run_id: str
+    state: RunState
+    settled: list[Observation | None]
+    requests: list[ApprovalRequest] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        """The paused run as JSON text, for a reviewer who answers later."""
+        return json.dumps({
+            "format": PAUSED_FORMAT, "run_id": self.run_id,
+            "state": _state_data(self.state),
+            "settled": [None if o is None else _observation_data(o)
+                        for o in self.settled],
+            "requests": [_request_data(r) for r in self.requests]},
+            allow_nan=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> "PausedRun":
+        """Read a paused run back; a damaged or edited save raises."""
+        return cls(*_checked_paused(_loaded(text, "paused run")))
 
 
 # From chapters/02_durable.ipynb, cell approval-settle
@@ -794,84 +798,6 @@ def _calls_in_order(result: RunResult) -> list[
                                      strict=True)]
 
 
-# From chapters/02_durable.ipynb, cell run-spans
-def run_spans(result: RunResult, agent_name: str = "refund desk") -> list[Any]:
-    """The finished run as OpenTelemetry spans, root first.
-
-    One ``invoke_agent`` span holds one ``chat`` span per model call and
-    one ``execute_tool`` span per tool call. Only GenAI semantic-convention
-    attributes are set. Ids come from a digest of the run and times from a
-    clock that ticks once per event, so one run always gives one trace.
-    OpenTelemetry is imported here, on first use, not with the package.
-    """
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
-        InMemorySpanExporter)
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace.sampling import ALWAYS_ON
-
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider(sampler=ALWAYS_ON, shutdown_on_exit=False,
-                              resource=Resource.get_empty(),
-                              id_generator=_run_ids(_run_seed(result)))
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    _trace_run(provider.get_tracer("agentbook"), result, agent_name)
-    provider.shutdown()
-    return sorted(exporter.get_finished_spans(),
-                  key=lambda span: (span.start_time, span.parent is not None))
-
-
-# From chapters/02_durable.ipynb, cell run-ids
-def _run_ids(seed: bytes) -> Any:
-    """An OpenTelemetry id generator whose ids come from ``seed``."""
-    from opentelemetry.sdk.trace.id_generator import IdGenerator
-
-    class RunIds(IdGenerator):
-        def __init__(self) -> None:
-            self.spans = 0
-
-        def generate_trace_id(self) -> int:
-            return int.from_bytes(seed[:16], "big")
-
-        def generate_span_id(self) -> int:
-            self.spans += 1
-            digest = hashlib.sha256(seed + self.spans.to_bytes(4, "big"))
-            return int.from_bytes(digest.digest()[:8], "big")
-
-    return RunIds()
-
-
-# From chapters/02_durable.ipynb, cell trace-run
-def _trace_run(tracer: Any, result: RunResult, agent_name: str) -> None:
-    """Make the spans of one run, ticking the clock once per event."""
-    from opentelemetry.semconv._incubating.attributes import (
-        gen_ai_attributes as gen_ai)
-    from opentelemetry.trace import SpanKind, set_span_in_context
-
-    clock = iter(range(TRACE_ORIGIN_NS, 2**63, TRACE_TICK_NS))
-    task = next(m["content"] for m in result.state.messages
-                if m["role"] == "user")
-    root = tracer.start_span(f"invoke_agent {agent_name}", None,
-                             SpanKind.INTERNAL, {
-        gen_ai.GEN_AI_OPERATION_NAME: "invoke_agent",
-        gen_ai.GEN_AI_AGENT_NAME: agent_name,
-        gen_ai.GEN_AI_INPUT_MESSAGES: _parts("user", task)},
-        start_time=next(clock))
-    inside = set_span_in_context(root)
-    for tokens, reply, calls in _calls_in_order(result):
-        finish = "tool_calls" if calls else "stop"
-        chat = tracer.start_span("chat", inside, SpanKind.CLIENT, {
-            gen_ai.GEN_AI_OPERATION_NAME: "chat",
-            gen_ai.GEN_AI_USAGE_INPUT_TOKENS: tokens,
-            gen_ai.GEN_AI_RESPONSE_FINISH_REASONS: [finish]},
-            start_time=next(clock))
-        chat.end(next(clock))
-        for call, seen in calls:
-            _tool_span(tracer, inside, call, reply, seen, next(clock))
-    _end_root(root, result, next(clock))
-
-
 # From chapters/02_durable.ipynb, cell span-helpers
 def _parts(role: str, text: Any) -> str:
     """One message in the GenAI conventions' JSON shape for messages."""
@@ -931,6 +857,84 @@ def _end_root(root: Any, result: RunResult, end: int) -> None:
         root.set_attribute(ERROR_TYPE, str(result.stop))
         root.set_status(Status(StatusCode.ERROR, f"stop: {result.stop}"))
     root.end(end)
+
+
+# From chapters/02_durable.ipynb, cell trace-run
+def _trace_run(tracer: Any, result: RunResult, agent_name: str) -> None:
+    """Make the spans of one run, ticking the clock once per event."""
+    from opentelemetry.semconv._incubating.attributes import (
+        gen_ai_attributes as gen_ai)
+    from opentelemetry.trace import SpanKind, set_span_in_context
+
+    clock = iter(range(TRACE_ORIGIN_NS, 2**63, TRACE_TICK_NS))
+    task = next(m["content"] for m in result.state.messages
+                if m["role"] == "user")
+    root = tracer.start_span(f"invoke_agent {agent_name}", None,
+                             SpanKind.INTERNAL, {
+        gen_ai.GEN_AI_OPERATION_NAME: "invoke_agent",
+        gen_ai.GEN_AI_AGENT_NAME: agent_name,
+        gen_ai.GEN_AI_INPUT_MESSAGES: _parts("user", task)},
+        start_time=next(clock))
+    inside = set_span_in_context(root)
+    for tokens, reply, calls in _calls_in_order(result):
+        finish = "tool_calls" if calls else "stop"
+        chat = tracer.start_span("chat", inside, SpanKind.CLIENT, {
+            gen_ai.GEN_AI_OPERATION_NAME: "chat",
+            gen_ai.GEN_AI_USAGE_INPUT_TOKENS: tokens,
+            gen_ai.GEN_AI_RESPONSE_FINISH_REASONS: [finish]},
+            start_time=next(clock))
+        chat.end(next(clock))
+        for call, seen in calls:
+            _tool_span(tracer, inside, call, reply, seen, next(clock))
+    _end_root(root, result, next(clock))
+
+
+# From chapters/02_durable.ipynb, cell run-ids
+def _run_ids(seed: bytes) -> Any:
+    """An OpenTelemetry id generator whose ids come from ``seed``."""
+    from opentelemetry.sdk.trace.id_generator import IdGenerator
+
+    class RunIds(IdGenerator):
+        def __init__(self) -> None:
+            self.spans = 0
+
+        def generate_trace_id(self) -> int:
+            return int.from_bytes(seed[:16], "big")
+
+        def generate_span_id(self) -> int:
+            self.spans += 1
+            digest = hashlib.sha256(seed + self.spans.to_bytes(4, "big"))
+            return int.from_bytes(digest.digest()[:8], "big")
+
+    return RunIds()
+
+
+# From chapters/02_durable.ipynb, cell run-spans
+def run_spans(result: RunResult, agent_name: str = "refund desk") -> list[Any]:
+    """The finished run as OpenTelemetry spans, root first.
+
+    One ``invoke_agent`` span holds one ``chat`` span per model call and
+    one ``execute_tool`` span per tool call. Only GenAI semantic-convention
+    attributes are set. Ids come from a digest of the run and times from a
+    clock that ticks once per event, so one run always gives one trace.
+    OpenTelemetry is imported here, on first use, not with the package.
+    """
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+        InMemorySpanExporter)
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ALWAYS_ON, shutdown_on_exit=False,
+                              resource=Resource.get_empty(),
+                              id_generator=_run_ids(_run_seed(result)))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    _trace_run(provider.get_tracer("agentbook"), result, agent_name)
+    provider.shutdown()
+    return sorted(exporter.get_finished_spans(),
+                  key=lambda span: (span.start_time, span.parent is not None))
 
 
 # From chapters/02_durable.ipynb, cell otlp-json
