@@ -750,14 +750,15 @@ def _journaled_state(data: Any) -> RunState:
 
 
 def recover_run(journal: Journal, model: Any, tools: dict[str, ToolSpec],
-                gate: Gate, limits: Limits = Limits(), *,
-                lookup: Lookup) -> RunResult:
+                gate: Gate, limits: Limits = Limits(), *, lookup: Lookup,
+                crash: CrashAt | None = None) -> RunResult:
     """Finish a run from its journal after a crash.
 
     The run restarts from its last journaled state. Every intent without
     an outcome is settled by asking ``lookup`` whether its key was
     applied: if so, the recorded result becomes the observation; if not,
-    the call is made again with the same key.
+    the call is made again with the same key. ``crash`` crashes the
+    recovery itself, counting effectful calls from where it starts.
     """
     records = journal.records()
     if not records or records[0].get("format") != JOURNAL_FORMAT:
@@ -765,7 +766,7 @@ def recover_run(journal: Journal, model: Any, tools: dict[str, ToolSpec],
     states = [r["state"] for r in records if r["kind"] == "state"]
     if not states:
         raise ValueError(f"journal {journal.path.name} holds no state")
-    run = _Durable(records[0]["run_id"], tools, gate, journal, None, lookup)
+    run = _Durable(records[0]["run_id"], tools, gate, journal, crash, lookup)
     for record in records:
         if record["kind"] == "intent":
             run.intents.add(record["key"])

@@ -226,15 +226,9 @@ def test_a_second_crash_during_recovery_is_recovered_too(tmp_path: Path) -> None
     with pytest.raises(Crash):
         run_durably(TASK, ScriptedModel(turns=turns), tools, refund_gate, journal,
                     crash=CrashAt("after_effect", 0))
-    # Recovery is itself a durable run; crash it on the next refund, then recover again.
-    from agentbook.durable import _Durable, _durable_loop, _journaled_state
-
-    records = journal.records()
-    run = _Durable("twice", tools, refund_gate, journal, CrashAt("after_effect", 1), lookup)
-    run.intents = {r["key"] for r in records if r["kind"] == "intent"}
-    state = _journaled_state([r for r in records if r["kind"] == "state"][-1]["state"])
     with pytest.raises(Crash):
-        _durable_loop(run, state, ScriptedModel(turns=turns), Limits())
+        recover_run(journal, ScriptedModel(turns=turns), tools, refund_gate, lookup=lookup,
+                    crash=CrashAt("after_effect", 1))
     result = recover_run(journal, ScriptedModel(turns=turns), tools, refund_gate,
                          lookup=lookup)
     assert [e["refunded_cents"] for e in effects] == [1000, 2000]
