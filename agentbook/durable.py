@@ -641,9 +641,9 @@ def _durable_call(run: _Durable, call: ToolCall,
                   key: str) -> tuple[Observation, int | None]:
     """One call of a message, and its index if it reached an effect."""
     spec = run.tools.get(call.name)
-    problem = validate_call(call, run.tools)
-    allowed, reason = (False, "") if problem else run.gate(call)
-    if problem or not allowed or spec is None or not spec.effectful:
+    allowed = validate_call(call, run.tools) is None and run.gate(call)[0]
+    if not allowed or spec is None or not spec.effectful:
+        # Invalid, denied and read-only calls change nothing: no journal.
         return execute_call(call, run.tools, run.gate), None
     index = run.effectful_calls
     run.effectful_calls += 1
