@@ -19,6 +19,15 @@ def test_q3a_a_hex_digest_that_depends_on_the_key(keyed_digest):
     assert other != digest, 'expected another key to give another digest'
 
 @test_case(points=None, hidden=False)
+def test_q3a_the_order_of_the_arguments_does_not_matter(keyed_digest):
+    """Equal arguments in another order give the same digest: the JSON is canonical."""
+    forward = {'order_id': 'A-17', 'amount_cents': 9999}
+    backward = {'amount_cents': 9999, 'order_id': 'A-17'}
+    first = keyed_digest(b'k', 'r', 'c', 'refund_order', forward)
+    assert first is not None, 'not answered yet: keyed_digest returns None'
+    assert first == keyed_digest(b'k', 'r', 'c', 'refund_order', backward), 'expected the same digest for the same arguments in another order: serialize with sort_keys=True'
+
+@test_case(points=None, hidden=False)
 def test_q3a_every_part_is_bound(keyed_digest):
     """Changing the run, the call, the tool or an argument changes the digest."""
     arguments = {'order_id': 'A-17', 'amount_cents': 9999}
