@@ -21,7 +21,17 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from scripts.grading import FIXTURES_DIR, ROOT, build_autograder, grade_in_pool, write_scores
+import nbformat
+
+from scripts.grading import (
+    FIXTURES_DIR,
+    ROOT,
+    build_autograder,
+    choose_assignment,
+    grade_in_pool,
+    question_points,
+    write_scores,
+)
 
 
 def make_class(folder: Path, count: int) -> list[Path]:
@@ -62,8 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         elapsed = time.perf_counter() - started
         print(file=sys.stderr)
         if args.csv:
-            write_scores(args.csv, {name: {q: s.points for q, s in row.items()}
-                                    for name, row in scores.items()})
+            source = choose_assignment(ROOT, None)
+            points = question_points(nbformat.read(source, as_version=4))
+            write_scores(args.csv, scores, {q: v for q, (v, manual) in points.items()
+                                            if not manual})
     print(f"graded {len(scores)} submissions in {elapsed:.1f} s: "
           f"{len(scores) / elapsed * 60:.1f} submissions per minute, "
           f"{elapsed / len(scores):.2f} s each")

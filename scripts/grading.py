@@ -30,7 +30,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
@@ -42,6 +42,7 @@ SOURCE = "exercises/source/anatomy-exercises.ipynb"
 STUDENT = "exercises/anatomy-exercises.ipynb"
 FIXTURES_DIR = "tests/fixtures/submissions"
 ANSWER_TAG = "otter_answer_cell"
+POSSIBLE = "points possible"  # the grades' first row: what each column is out of
 
 # Lines that mark solutions in the annotated source; a student never writes them.
 SOLUTION_MARKER = re.compile(r"^\s*#\s*(BEGIN|END) SOLUTION( NO PROMPT)?\s*$")
@@ -60,6 +61,7 @@ class Score:
     points: float
     public_passed: bool  # whether every public test passed: the student's own feedback
     public_messages: tuple[str, ...]  # what the failed public tests told the student
+    hidden_messages: tuple[str, ...] = ()  # what the failed hidden tests check, no source
 
 
 @dataclass(frozen=True)
@@ -323,29 +325,107 @@ def grading_environment() -> Iterator[None]:
         os.environ.update(saved)
 
 
-def grade_one(submission: Path, autograder: Path) -> dict[str, Score]:
-    """One submission's score per question, graded as ``otter run`` grades it.
+@dataclass(frozen=True)
+class Graded:
+    """One submission's grading: a score per question it could be graded on, and what
+    went wrong, if anything, in words an instructor can act on."""
+
+    scores: dict[str, Score]
+    status: str = "ok"
+    cell_errors: dict[str, str] = field(default_factory=dict)  # question -> the error
+
+
+@contextmanager
+def cell_time_limit(seconds: float) -> Iterator[None]:
+    """Interrupt any cell of a graded notebook that runs longer than ``seconds``.
+
+    Otter executes notebooks with nbconvert's ExecutePreprocessor and gives it no time limit.
+    With one, and interrupting instead of stopping, a cell that never ends raises
+    KeyboardInterrupt in the kernel and grading goes on with the next cell: only the question
+    that hangs loses its points.
+    """
+    import nbconvert.preprocessors as preprocessors
+
+    original = preprocessors.ExecutePreprocessor
+
+    class TimedPreprocessor(original):  # type: ignore[misc, valid-type]
+        def __init__(self, **kwargs: object) -> None:
+            super().__init__(**kwargs)
+            self.interrupt_on_timeout = True
+            self.timeout_func = self.limit
+
+        @staticmethod
+        def limit(cell: nbformat.NotebookNode) -> int:
+            # Otter's own cells (its set-up, and the last one, which runs every test not yet
+            # run) get more: stopping them would cost every question, not one.
+            return max(1, round(seconds)) * (5 if "from otter" in cell.source else 1)
+
+    preprocessors.ExecutePreprocessor = TimedPreprocessor
+    try:
+        yield
+    finally:
+        preprocessors.ExecutePreprocessor = original
+
+
+CHECK_CALL = re.compile(r"""grader\.check\(["'](\w+)["']""")
+
+
+def cell_errors(notebook: nbformat.NotebookNode) -> dict[str, str]:
+    """The error each answer cell of an executed notebook raised, by the question whose
+    ``grader.check`` follows it: the cause a student must fix, not the symptom a test saw."""
+    errors: dict[str, str] = {}
+    pending: list[str] = []
+    for cell in notebook.cells:
+        if cell.cell_type != "code":
+            continue
+        checked = CHECK_CALL.search(cell.source)
+        if checked and ANSWER_TAG not in cell.metadata.get("tags", []):
+            if pending:
+                errors.setdefault(checked.group(1), "; ".join(pending))
+            pending = []
+            continue
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error":
+                what = ("ran past the time limit and was stopped"
+                        if output.ename == "KeyboardInterrupt"
+                        else f"raised {output.ename}: {output.evalue}")
+                pending.append(f"cell {cell.get('id', '?')} {what}")
+    return errors
+
+
+def grade_one(submission: Path, autograder: Path, timeout: float = 300) -> Graded:
+    """One submission graded as ``otter run`` grades it, each cell within ``timeout`` seconds.
 
     ``otter.api.grade_submission`` is the programmatic form of ``otter run``: it unpacks the
     autograder zip into a scratch folder, executes the notebook in a fresh kernel and runs
     every test. Calling it in a long-lived process spares each submission the second it
-    takes to import otter again.
+    takes to import otter again. A file that is no notebook, or a kernel that dies, is
+    reported in the status and scores nothing; it never stops a class.
     """
     from otter.api import grade_submission
 
     try:
-        with grading_environment():
+        read_submission(submission)
+    except Exception as error:  # nbformat and zipfile raise many kinds for a bad file
+        return Graded({}, f"unreadable: {type(error).__name__}: {error}"[:200])
+    try:
+        with grading_environment(), cell_time_limit(timeout):
             results = grade_submission(str(submission), str(autograder), quiet=True)
     except Exception as error:  # otter reports a broken submission by raising anything
-        raise GradingError(f"{submission.name}: otter could not grade it: {error}") from error
+        return Graded({}, f"not graded: {type(error).__name__}: {error}"[:200])
     if results.has_catastrophic_failure():
-        raise GradingError(f"{submission.name}: {results.catastrophic_error}")
-    # Otter splits a question's points evenly between its tests, so sums come out as
-    # 2.9999999999999996; six decimals is more than any score needs.
-    return {name: Score(round(float(result.score), 6), result.passed_all_public,
-                        tuple(str(case.message) for case in result.test_case_results
-                              if not case.passed and not case.test_case.hidden))
-            for name, result in results.results.items()}
+        return Graded({}, f"not graded: {results.catastrophic_error}"[:200])
+    errors = cell_errors(results.notebook) if results.notebook is not None else {}
+    # Six decimals: otter's sums of test points come out as 2.9999999999999996.
+    scores = {name: Score(round(float(result.score), 6), result.passed_all_public,
+                          tuple(str(case.message) for case in result.test_case_results
+                                if not case.passed and not case.test_case.hidden),
+                          tuple(str(case.test_case.failure_message or "a hidden test failed")
+                                for case in result.test_case_results
+                                if not case.passed and case.test_case.hidden))
+              for name, result in results.results.items()}
+    status = "; ".join(f"{question}: {error}" for question, error in errors.items())
+    return Graded(scores, status[:300] or "ok", errors)
 
 
 def start_worker() -> None:
@@ -359,36 +439,38 @@ def progress_bar(done: int, total: int, width: int = 30) -> str:
 
 
 def grade_in_pool(submissions: list[Path], autograder: Path, workers: int,
-                  show: Callable[[str], None] | None = None) -> dict[str, dict[str, Score]]:
+                  show: Callable[[str], None] | None = None,
+                  timeout: float = 300) -> dict[str, Graded]:
     """Grade submissions in parallel worker processes, one at a time each; by file stem."""
-    scores: dict[str, dict[str, Score]] = {}
+    graded: dict[str, Graded] = {}
     # Spawned, not forked: a fork of a process that holds kernel connections can inherit
     # their sockets, and otter's kernels must start clean.
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=spawn,
                              initializer=start_worker) as pool:
-        futures = {pool.submit(grade_one, path, autograder): path for path in submissions}
+        futures = {pool.submit(grade_one, path, autograder, timeout): path
+                   for path in submissions}
         for done, future in enumerate(as_completed(futures), 1):
-            scores[futures[future].stem] = future.result()
+            graded[futures[future].stem] = future.result()
             if show is not None:
                 show(progress_bar(done, len(submissions)))
-    return {name: scores[name] for name in sorted(scores)}
+    return {name: graded[name] for name in sorted(graded)}
 
 
-def grade_in_containers(submissions: list[Path], autograder: Path,
-                        workers: int) -> dict[str, dict[str, float]]:
+def grade_in_containers(submissions: list[Path], autograder: Path, workers: int,
+                        assignment: str, timeout: float = 300) -> dict[str, Graded]:
     """Grade submissions with ``otter grade``, in Docker containers, and read its CSV.
 
     ``otter grade`` takes one kind of file per call, notebooks or export zips, so each kind
     present is graded in a call of its own.
     """
-    scores: dict[str, dict[str, float]] = {}
+    scores: dict[str, Graded] = {}
     for ext in sorted({path.suffix.lstrip(".") for path in submissions}):
         paths = [str(path) for path in submissions if path.suffix == f".{ext}"]
         with tempfile.TemporaryDirectory(prefix="agentbook-grade-") as output:
-            command = [sys.executable, "-m", "otter", "grade", "-n", Path(STUDENT).stem,
+            command = [sys.executable, "-m", "otter", "grade", "-n", assignment,
                        "-a", str(autograder), "-o", output, "--containers", str(workers),
-                       "--ext", ext, *paths]
+                       "--timeout", str(round(timeout)), "--ext", ext, *paths]
             print(f"otter grade: {len(paths)} .{ext} submissions", file=sys.stderr)
             if subprocess.run(command).returncode != 0:
                 raise GradingError("otter grade failed; its report is above")
@@ -396,44 +478,88 @@ def grade_in_containers(submissions: list[Path], autograder: Path,
     return {name: scores[name] for name in sorted(scores)}
 
 
-def read_otter_grades(path: Path) -> dict[str, dict[str, float]]:
+def read_otter_grades(path: Path) -> dict[str, Graded]:
     """Per-question scores by submission from the ``final_grades.csv`` that ``otter grade``
     writes: its first row holds the points possible, and a submission otter could not grade
-    names its error in the grading status."""
+    names its error in the grading status. Otter's timeout is for a whole container, so a
+    submission that runs past it scores nothing."""
     from otter.grade import utils as columns
 
     summary = {columns.SCORES_DICT_FILE_KEY, columns.SCORES_DICT_TOTAL_POINTS_KEY,
                columns.SCORES_DICT_PERCENT_CORRECT_KEY, columns.SCORES_DICT_GRADING_STATUS_KEY}
-    scores: dict[str, dict[str, float]] = {}
+    scores: dict[str, Graded] = {}
     with open(path, encoding="utf-8") as file:
         for row in csv.DictReader(file):
             name = row[columns.SCORES_DICT_FILE_KEY]
             if name == columns.POINTS_POSSIBLE_LABEL:
                 continue
             status = row[columns.SCORES_DICT_GRADING_STATUS_KEY]
-            if status != "Completed":
-                raise GradingError(f"{name}: otter could not grade it: {status}")
-            scores[Path(name).stem] = {key: float(value) for key, value in row.items()
-                                       if key not in summary and value != ""}
+            points = {key: Score(float(value), True, ()) for key, value in row.items()
+                      if key not in summary and value != ""}
+            scores[Path(name).stem] = Graded(points, "ok" if status == "Completed"
+                                             else f"not graded: {status}")
     return scores
 
 
 def submissions_in(folder: Path) -> list[Path]:
+    """Every submission in ``folder``; the student is the file name without its extension,
+    so two files with one name would be one row, and are refused before any grading."""
     found = sorted(path for pattern in ("*.ipynb", "*.zip") for path in folder.glob(pattern))
     if not found:
         raise GradingError(f"no submissions (.ipynb or .zip) in {folder}")
+    by_name: dict[str, list[str]] = {}
+    for path in found:
+        by_name.setdefault(path.stem, []).append(path.name)
+    clashes = [" and ".join(names) for names in by_name.values() if len(names) > 1]
+    if clashes:
+        raise GradingError("two files for one student; keep one of each and run again: "
+                           + "; ".join(clashes))
     return found
 
 
-def write_scores(path: Path, scores: dict[str, dict[str, float]]) -> None:
-    """One row per submission, one column per question, and the total."""
-    questions = sorted({question for row in scores.values() for question in row})
+def write_scores(path: Path, graded: dict[str, Graded], maximum: dict[str, float],
+                 written: dict[str, float] | None = None) -> None:
+    """One row per student: points per question, the written answers' points when given,
+    the total and the status; the first row holds the points possible."""
+    questions = sorted(maximum)
     with path.open("w", encoding="utf-8", newline="") as file:
         table = csv.writer(file)
-        table.writerow(["submission", *questions, "total"])
-        for name, row in scores.items():
-            points = [row.get(question, 0.0) for question in questions]
-            table.writerow([name, *[f"{value:.2f}" for value in points], f"{sum(points):.2f}"])
+        table.writerow(["student", *questions, "written", "total", "status"])
+        rows = [(POSSIBLE, {q: Score(v, True, ()) for q, v in maximum.items()}, "")]
+        rows += [(name, row.scores, row.status) for name, row in graded.items()]
+        for name, scores, status in rows:
+            points = [scores[q].points if q in scores else 0.0 for q in questions]
+            extra = (written or {}).get(name)
+            cells = [f"{value:.2f}" for value in points]
+            total = sum(points) + (extra or 0.0)
+            table.writerow([name, *cells, "" if extra is None else f"{extra:.2f}",
+                            f"{total:.2f}", status])
+
+
+def read_written(path: Path) -> dict[str, float]:
+    """The hand-graded points of the written answers: a CSV with columns student, written."""
+    with path.open(encoding="utf-8", newline="") as file:
+        return {row["student"]: float(row["written"]) for row in csv.DictReader(file)
+                if row.get("written", "").strip()}
+
+
+def feedback_text(name: str, graded: Graded, maximum: dict[str, float]) -> str:
+    """What a student may be given: scores, the failed public tests' messages, what each
+    failed hidden test checks, and any cell that raised; never a hidden test's source."""
+    lines = [f"Feedback for {name}", f"status: {graded.status}", ""]
+    for question in sorted(maximum):
+        score = graded.scores.get(question)
+        got = f"{score.points:.2f}" if score else "not graded"
+        lines.append(f"{question}: {got} of {maximum[question]:.2f}")
+        if question in graded.cell_errors:  # the tests' messages would only be its symptoms
+            lines.append(f"  your {graded.cell_errors[question]}; the tests of this question "
+                         "could not use your answer: fix that cell and check again")
+            continue
+        for message in (score.public_messages if score else ()):
+            lines.append("  public test: " + message.rsplit("Error: ", 1)[-1].strip())
+        for message in (score.hidden_messages if score else ()):
+            lines.append(f"  hidden test: {message}")
+    return "\n".join(lines) + "\n"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -476,7 +602,11 @@ def answers_page(submissions: Iterable[Path]) -> str:
     """One web page: every hand-graded question, with each student's answer under it."""
     by_question: dict[str, list[tuple[str, str]]] = {}
     for path in submissions:
-        for question, answer in written_answers(read_submission(path)).items():
+        try:
+            notebook = read_submission(path)
+        except Exception:  # noqa: BLE001 - an unreadable file is named in the grades' status
+            continue
+        for question, answer in written_answers(notebook).items():
             by_question.setdefault(question, []).append((path.stem, answer))
     parts = ["<!DOCTYPE html>\n<html><head><meta charset='utf-8'>"
              "<title>Written answers</title></head><body>\n<h1>Written answers</h1>\n"]
@@ -493,11 +623,21 @@ def answers_page(submissions: Iterable[Path]) -> str:
 # Command line
 
 
-def build_autograder(root: Path, into: Path) -> Path:
+def build_autograder(root: Path, into: Path, assignment: str | None = None) -> Path:
     """Build the autograder zip with ``otter assign`` into ``into``; return the zip's path."""
     build(root, autograder=into)
-    [archive] = sorted(into.glob("*/*.zip"))
+    [archive] = sorted(into.glob(f"{assignment or '*'}/*.zip"))
     return archive
+
+
+def choose_assignment(root: Path, name: str | None) -> Path:
+    """The annotated source of the assignment named, or of the only one there is."""
+    sources = {path.stem: path for path in source_notebooks(root)}
+    if name in sources:
+        return sources[name]
+    if name is None and len(sources) == 1:
+        return next(iter(sources.values()))
+    raise GradingError(f"name the assignment with --assignment, one of: {', '.join(sources)}")
 
 
 def fixtures_command(root: Path, check: bool) -> int:
@@ -518,27 +658,44 @@ def fixtures_command(root: Path, check: bool) -> int:
 
 
 def class_command(args: argparse.Namespace) -> int:
-    folder = args.folder.resolve()
-    submissions = submissions_in(folder)
+    submissions = submissions_in(args.folder.resolve())
+    source = choose_assignment(args.root, args.assignment)
+    points = question_points(nbformat.read(source, as_version=4))
+    maximum = {name: value for name, (value, manual) in points.items() if not manual}
+    # The first row holds the points possible, the written answers' among them.
+    written = {POSSIBLE: sum(value for value, manual in points.values() if manual)}
+    written |= read_written(args.written) if args.written else {}
     with tempfile.TemporaryDirectory(prefix="agentbook-autograder-") as scratch:
-        autograder = args.autograder or build_autograder(args.root, Path(scratch))
+        autograder = args.autograder or build_autograder(args.root, Path(scratch), source.stem)
         use_docker = args.engine == "docker" or (args.engine == "auto" and docker_available())
         print(f"grading {len(submissions)} submissions with "
               f"{'otter grade (Docker)' if use_docker else 'otter run'}, "
-              f"{args.workers} at a time", file=sys.stderr)
+              f"{args.workers} at a time, each cell within {args.timeout:g} s",
+              file=sys.stderr)
         if use_docker:
-            scores = grade_in_containers(submissions, autograder, args.workers)
+            graded = grade_in_containers(submissions, autograder, args.workers, source.stem,
+                                         args.timeout)
         else:
             graded = grade_in_pool(submissions, autograder, args.workers,
                                    show=lambda line: print(line, end="", file=sys.stderr,
-                                                           flush=True))
+                                                           flush=True),
+                                   timeout=args.timeout)
             print(file=sys.stderr)
-            scores = {name: {question: score.points for question, score in row.items()}
-                      for name, row in graded.items()}
-    write_scores(args.output, scores)
-    args.answers.write_text(answers_page(submissions), encoding="utf-8")
-    print(f"wrote {args.output} and {args.answers}")
-    return 0
+    out = args.output
+    (out / "feedback").mkdir(parents=True, exist_ok=True)
+    write_scores(out / "grades.csv", graded, maximum, written)
+    (out / "written-answers.html").write_text(answers_page(submissions), encoding="utf-8")
+    for name, row in graded.items():
+        (out / "feedback" / f"{name}.txt").write_text(feedback_text(name, row, maximum),
+                                                      encoding="utf-8")
+    print(f"wrote {out / 'grades.csv'}, {out / 'written-answers.html'} and "
+          f"{out / 'feedback'}/ (one file per student)")
+    failed = {name: row.status for name, row in graded.items() if row.status != "ok"}
+    for name, status in failed.items():
+        print(f"  {name}: {status}", file=sys.stderr)
+    print(f"{len(graded) - len(failed)} graded cleanly, {len(failed)} with problems",
+          file=sys.stderr)
+    return 1 if failed else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -549,9 +706,15 @@ def main(argv: list[str] | None = None) -> int:
     fixtures.add_argument("--check", action="store_true")
     grade = commands.add_parser("class", help="grade a folder of submissions")
     grade.add_argument("folder", type=Path)
-    grade.add_argument("-o", "--output", type=Path, default=Path("grades.csv"))
-    grade.add_argument("--answers", type=Path, default=Path("written-answers.html"),
-                       help="where to write every written answer, by question")
+    grade.add_argument("-o", "--output", type=Path, default=Path("grading"),
+                       help="the folder for grades.csv, written-answers.html and feedback/")
+    grade.add_argument("--assignment", help="the exercises notebook's name, e.g. "
+                       "anatomy-exercises (needed when there are several)")
+    grade.add_argument("--timeout", type=float, default=300, metavar="SECONDS",
+                       help="the longest any one cell may run; a cell stopped costs only "
+                       "its own question (default 300)")
+    grade.add_argument("--written", type=Path, metavar="CSV",
+                       help="hand-graded points: a CSV with columns student, written")
     grade.add_argument("--autograder", type=Path,
                        help="the autograder zip (default: build it from the annotated source)")
     grade.add_argument("--workers", type=int, default=os.cpu_count() or 1)

@@ -106,7 +106,10 @@ def read_source() -> Source:
             assert question is not None
             [test] = [node for node in ast.parse(cell.source).body
                       if isinstance(node, ast.FunctionDef)]
-            hidden = re.search(r"\bhidden\b", first, re.IGNORECASE) and first.startswith("#")
+            # Hidden as otter reads it: a first line "# HIDDEN", or "hidden: true" in the
+            # test's config block.
+            hidden = (re.search(r"\bhidden\b", first, re.IGNORECASE) and first.startswith("#")
+                      or re.search(r"^hidden:\s*true\s*$", cell.source, re.M | re.I))
             (question.hidden_tests if hidden else question.public_tests).append(test.name)
         elif block == "solution" and cell.cell_type == "markdown":
             assert question is not None

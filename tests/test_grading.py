@@ -30,12 +30,13 @@ from scripts.exercises import build, committed_files, diff, unpack_tests
 from scripts.grading import (
     FIXTURES_DIR,
     WRONG_ANSWERS,
-    fixtures_folder,
+    Graded,
     GradingError,
     Score,
     answers_page,
     committed_fixtures,
     fixture_files,
+    fixtures_folder,
     grade_one,
     model_answers,
     question_points,
@@ -92,7 +93,7 @@ def grade(name: str, built: Built,
     Each submission is graded by its own test, so the test workers share the grading out.
     """
     return grade_one(REPO_ROOT / fixtures_folder(assignment) / f"{name}.ipynb",
-                     built[2][assignment])
+                     built[2][assignment]).scores
 
 
 # ---------------------------------------------------------------------------------------------
@@ -145,17 +146,24 @@ def test_the_correct_submission_scores_full_marks_through_the_class_command(
     folder = tmp_path / "submissions"
     folder.mkdir()
     shutil.copy(FIXTURES / "correct.ipynb", folder)
-    grades, answers = tmp_path / "grades.csv", tmp_path / "answers.html"
-    status = grading_main(["class", str(folder), "-o", str(grades), "--answers", str(answers),
+    written = tmp_path / "written.csv"
+    written.write_text("student,written\ncorrect,12.5\n")
+    status = grading_main(["class", str(folder), "-o", str(tmp_path / "out"),
                            "--autograder", str(built[1]), "--workers", "1",
-                           "--engine", "process"])
+                           "--engine", "process", "--written", str(written),
+                           "--assignment", "anatomy-exercises"])
     assert status == 0
-    [row] = list(csv.DictReader(grades.open(encoding="utf-8")))
+    possible, row = list(csv.DictReader((tmp_path / "out/grades.csv").open(encoding="utf-8")))
     maximum = autograded_points()
     assert all(points > 0 for points in maximum.values())
-    assert row == {"submission": "correct", "total": f"{sum(maximum.values()):.2f}",
-                   **{question: f"{points:.2f}" for question, points in maximum.items()}}
-    assert "Model answer" in answers.read_text(encoding="utf-8")
+    scores = {question: f"{points:.2f}" for question, points in maximum.items()}
+    assert possible == {"student": "points possible", **scores, "written": "15.00",
+                        "total": f"{sum(maximum.values()) + 15:.2f}", "status": ""}
+    assert row == {"student": "correct", **scores, "written": "12.50",
+                   "total": f"{sum(maximum.values()) + 12.5:.2f}", "status": "ok"}
+    assert "Model answer" in (tmp_path / "out/written-answers.html").read_text()
+    feedback = (tmp_path / "out/feedback/correct.txt").read_text()
+    assert "anatomy_q3b: 3.00 of 3.00" in feedback
 
 
 def test_the_second_assignments_correct_submission_scores_full_marks(built: Built) -> None:
@@ -191,6 +199,9 @@ def test_a_wrong_answer_loses_points_on_its_own_question_and_no_other(
     assert not own.public_passed, "the public tests, a student's only feedback, missed it"
     assert all(message.startswith("expected") or "expected " in message
                for message in own.public_messages), own.public_messages
+    # A failed hidden test says what it checks, never how: no line of its source.
+    assert all(message.startswith("Hidden test: checks") and "assert" not in message
+               for message in own.hidden_messages), own.hidden_messages
     others = {question: score.points for question, score in scores.items()
               if question != wrong.question}
     assert others == {question: maximum[question] for question in others}
@@ -225,15 +236,16 @@ def otter_grades_csv(folder: Path, results: list[OtterResults]) -> Path:
 def test_the_grades_otter_grade_writes_are_read_per_question(tmp_path: Path) -> None:
     path = otter_grades_csv(tmp_path, [OtterResults("ana.ipynb", {"q1": 1.0, "q2": 0.5}),
                                        OtterResults("bo.zip", {"q1": 0.0, "q2": 1.0})])
-    assert read_otter_grades(path) == {"ana": {"q1": 1.0, "q2": 0.5},
-                                       "bo": {"q1": 0.0, "q2": 1.0}}
+    grades = read_otter_grades(path)
+    assert {name: {q: s.points for q, s in row.scores.items()} for name, row in grades.items()
+            } == {"ana": {"q1": 1.0, "q2": 0.5}, "bo": {"q1": 0.0, "q2": 1.0}}
 
 
 def test_a_submission_otter_grade_could_not_grade_is_named(tmp_path: Path) -> None:
     path = otter_grades_csv(tmp_path, [OtterResults("ana.ipynb", {"q1": 1.0}),
                                        OtterResults("bo.ipynb", {}, error="kernel died")])
-    with pytest.raises(GradingError, match="bo.ipynb: otter could not grade it: kernel died"):
-        read_otter_grades(path)
+    grades = read_otter_grades(path)
+    assert (grades["ana"].status, grades["bo"].status) == ("ok", "not graded: kernel died")
 
 
 def test_class_grading_in_containers_calls_otter_grade_once_per_kind_of_file(
@@ -254,17 +266,21 @@ def test_class_grading_in_containers_calls_otter_grade_once_per_kind_of_file(
 
     monkeypatch.setattr(grading.subprocess, "run", otter_grade)
     submissions = [tmp_path / "ana.ipynb", tmp_path / "bo.zip", tmp_path / "cy.ipynb"]
-    scores = grading.grade_in_containers(submissions, tmp_path / "autograder.zip", workers=3)
-    assert scores == {"ana": {"q1": 1.0}, "bo": {"q1": 1.0}, "cy": {"q1": 1.0}}
+    scores = grading.grade_in_containers(submissions, tmp_path / "autograder.zip", 3, "hw")
+    assert {name: row.scores["q1"].points for name, row in scores.items()} == {
+        "ana": 1.0, "bo": 1.0, "cy": 1.0}
     assert [command[command.index("--ext") + 1] for command in calls] == ["ipynb", "zip"]
     assert all(command[command.index("--containers") + 1] == "3" for command in calls)
 
 
 def test_scores_are_written_one_row_per_submission(tmp_path: Path) -> None:
     path = tmp_path / "grades.csv"
-    write_scores(path, {"ana": {"q2": 1.0, "q1": 2 / 3}, "bo": {"q1": 0.0}})
+    write_scores(path, {"ana": Graded({"q2": Score(1.0, True, ()), "q1": Score(2 / 3, False, ())}),
+                        "bo": Graded({}, "unreadable: not JSON")},
+                 {"q1": 1.0, "q2": 1.0}, {"points possible": 3.0, "ana": 2.5})
     assert path.read_text().splitlines() == [
-        "submission,q1,q2,total", "ana,0.67,1.00,1.67", "bo,0.00,0.00,0.00"]
+        "student,q1,q2,written,total,status", "points possible,1.00,1.00,3.00,5.00,",
+        "ana,0.67,1.00,2.50,4.17,ok", "bo,0.00,0.00,,0.00,unreadable: not JSON"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -392,3 +408,67 @@ def test_the_class_page_puts_every_written_answer_under_its_question() -> None:
     assert len(questions) == len(manual)
     assert page.count("<h3>correct</h3>") == page.count("<h3>unanswered</h3>") == len(manual)
     assert "Model answer" in page and "Type your answer here" in page
+
+
+# ---------------------------------------------------------------------------------------------
+# A real class: one bad file never costs the others
+
+
+def small_submission(*sources: str) -> str:
+    """A short notebook: a few cells and the check cells otter grades them by."""
+    return nbformat.writes(nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell(source) for source in sources]))
+
+
+def test_a_class_with_a_hang_a_typo_a_corrupt_file_and_a_dead_kernel_is_graded(
+        built: tuple[dict[str, str], Path], tmp_path: Path) -> None:
+    # Short notebooks keep this cheap: a kernel each, and every question's tests run once.
+    q7b = ("from typing import Any\nfrom collections.abc import Mapping\n"
+           "from agentbook import AUTO_REFUND_LIMIT_CENTS, Gate, ToolCall\n"
+           + solution_code(code_cell(SOURCE, "q7b-code")))
+    folder = tmp_path / "class"
+    folder.mkdir()
+    (folder / "loops.ipynb").write_text(small_submission(
+        q7b, 'grader.check("anatomy_q7b")', "while True:\n    pass",
+        'grader.check("anatomy_q5a")', "x = (", 'grader.check("anatomy_q4c")'))
+    (folder / "dies.ipynb").write_text(small_submission("import os\nos._exit(1)"))
+    (folder / "page.ipynb").write_text("<!DOCTYPE html><html><body>Not found</body></html>")
+    status = grading_main(["class", str(folder), "-o", str(tmp_path / "out"), "--timeout",
+                           "3", "--autograder", str(built[1]), "--workers", "2",
+                           "--engine", "process", "--assignment", "anatomy-exercises"])
+    assert status == 1  # the summary names the files with problems
+    rows = {row["student"]: row for row in csv.DictReader(
+        (tmp_path / "out/grades.csv").open(encoding="utf-8"))}
+    assert list(rows) == ["points possible", "dies", "loops", "page"]
+    assert (rows["loops"]["anatomy_q7b"], rows["loops"]["anatomy_q5a"]) == ("2.00", "0.00")
+    assert rows["loops"]["status"].startswith("anatomy_q5a: cell")
+    assert "time limit" in rows["loops"]["status"]
+    assert rows["dies"]["status"] == "not graded: DeadKernelError: Kernel died"
+    assert rows["page"]["status"].startswith("unreadable: NotJSONError")
+    assert rows["page"]["total"] == rows["dies"]["total"] == "0.00"
+    # A cell that raised is named, not the symptom a later test saw.
+    assert "anatomy_q4c: cell" in rows["loops"]["status"]
+    assert "raised SyntaxError" in rows["loops"]["status"]
+    feedback = (tmp_path / "out/feedback/loops.txt").read_text()
+    q4c = feedback.split("\nanatomy_q4c:")[1].split("\nanatomy_")[0]
+    assert "raised SyntaxError" in q4c and "test" in q4c and "NoneType" not in q4c
+
+def test_two_files_for_one_student_are_refused_before_grading(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "x.ipynb").write_text("{}")
+    (tmp_path / "x.zip").write_bytes(b"")
+    status = grading_main(["class", str(tmp_path), "-o", str(tmp_path / "out"),
+                           "--autograder", str(tmp_path / "none.zip")])
+    assert status == 2
+    assert "x.ipynb and x.zip" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_every_hidden_test_says_what_it_checks() -> None:
+    source = nbformat.read(SOURCE, as_version=4)
+    configs = [yaml.safe_load(cell.source.split('"""')[1].split("\n", 1)[1])
+               for cell in source.cells
+               if cell.cell_type == "code" and "# BEGIN TEST CONFIG" in cell.source]
+    hidden = [config for config in configs if config.get("hidden")]
+    assert len(hidden) == 20
+    assert all(config["failure_message"].startswith("Hidden test: checks") for config in hidden)
