@@ -130,8 +130,9 @@ def student_text() -> str:
 
 
 def public_test_files() -> dict[str, str]:
+    """The public tests of Chapter 1's assignment, the one this file checks."""
     return {path.stem: path.read_text(encoding="utf-8")
-            for path in sorted(PUBLIC_TESTS.glob("*.py"))}
+            for path in sorted(PUBLIC_TESTS.glob("anatomy_*.py"))}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -107,4 +107,4 @@ def test_the_check_sees_a_legend_over_a_line_or_a_bar() -> None:
 def test_the_committed_figures_have_legends_to_check() -> None:
     legends = [figure.name for figure in FIGURES.glob("*.svg")
                if 'id="legend_' in figure.read_text(encoding="utf-8")]
-    assert sorted(legends) == ["pattern-costs.svg", "token-growth.svg"]
+    assert sorted(legends) == ["crash-refunds.svg", "pattern-costs.svg", "token-growth.svg"]

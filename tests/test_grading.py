@@ -36,6 +36,7 @@ from scripts.course.grading import (
     answers_page,
     committed_fixtures,
     fixture_files,
+    fixtures_folder,
     grade_one,
     model_answers,
     question_points,
@@ -51,15 +52,28 @@ SOURCE = REPO_ROOT / "exercises" / "source" / "anatomy-exercises.ipynb"
 STUDENT = REPO_ROOT / "exercises" / "anatomy-exercises.ipynb"
 PUBLIC_TESTS = REPO_ROOT / "exercises" / "tests"
 FIXTURES = REPO_ROOT / FIXTURES_DIR
+# Every assignment, one per chapter with exercises: anatomy-exercises.ipynb is "anatomy".
+ASSIGNMENTS = ("anatomy", "durable")
+# The student files, Chapter 1's autograder zip, and every assignment's zip by name.
+Built = tuple[dict[str, str], Path, dict[str, Path]]
 
 
-def autograded_points() -> dict[str, float]:
-    questions = question_points(nbformat.read(SOURCE, as_version=4))
+def source_of(assignment: str) -> Path:
+    return REPO_ROOT / "exercises" / "source" / f"{assignment}-exercises.ipynb"
+
+
+def autograded_points(assignment: str = "anatomy") -> dict[str, float]:
+    questions = question_points(nbformat.read(source_of(assignment), as_version=4))
     return {name: points for name, (points, manual) in questions.items() if not manual}
 
 
+def assignment_of(question: str) -> str:
+    return question.split("_q")[0]
+
+
 @pytest.fixture(scope="session")
-def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], Path]:
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], Path,
+                                                            dict[str, Path]]:
     """The student files and the autograder zip, from one run of ``otter assign``.
 
     Otter's check that the solutions pass every test is skipped here: grading the correct
@@ -67,25 +81,28 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], Pat
     """
     folder = tmp_path_factory.mktemp("autograder")
     files = build(REPO_ROOT, autograder=folder, check_solutions=False)
-    [archive] = sorted(folder.glob("*/*.zip"))
-    return files, archive
+    archives = {assignment: next((folder / f"{assignment}-exercises").glob("*.zip"))
+                for assignment in ASSIGNMENTS}
+    return files, archives["anatomy"], archives
 
 
-def grade(name: str, built: tuple[dict[str, str], Path]) -> dict[str, Score]:
-    """One fixture submission graded against the autograder zip, as ``otter run`` grades it.
+def grade(name: str, built: Built,
+          assignment: str = "anatomy") -> dict[str, Score]:
+    """One fixture submission graded against its autograder zip, as ``otter run`` grades it.
 
     Each submission is graded by its own test, so the test workers share the grading out.
     """
-    return grade_one(FIXTURES / f"{name}.ipynb", built[1]).scores
+    return grade_one(REPO_ROOT / fixtures_folder(assignment) / f"{name}.ipynb",
+                     built[2][assignment]).scores
 
 
 # ---------------------------------------------------------------------------------------------
 # The build and the fixtures are current
 
 
-def test_committed_student_version_is_current(built: tuple[dict[str, str], Path]) -> None:
+def test_committed_student_version_is_current(built: Built) -> None:
     # That every reference solution passes its tests is checked by grading the correct fixture.
-    files, _ = built
+    files = built[0]
     stale = diff(committed_files(REPO_ROOT, files), files)
     assert not stale, "run `python -m scripts.course.exercises` and commit the result\n" + stale
 
@@ -97,7 +114,8 @@ def test_fixture_submissions_are_current() -> None:
 
 
 def test_every_autograded_question_has_a_wrong_answer_fixture() -> None:
-    assert {wrong.question for wrong in WRONG_ANSWERS} == set(autograded_points())
+    assert {wrong.question for wrong in WRONG_ANSWERS} == {
+        question for assignment in ASSIGNMENTS for question in autograded_points(assignment)}
     names = [wrong_answer_name(wrong) for wrong in WRONG_ANSWERS]
     assert len(set(names)) == len(names)
 
@@ -122,7 +140,7 @@ def test_solution_markers_are_removed_from_a_correct_answer() -> None:
 
 
 def test_the_correct_submission_scores_full_marks_through_the_class_command(
-        built: tuple[dict[str, str], Path], tmp_path: Path) -> None:
+        built: Built, tmp_path: Path) -> None:
     # Graded as an instructor grades a class, through a worker pool: every autograded question,
     # each worth points, at full marks. Full marks mean every public and hidden test passed on
     # the reference solutions, which is what `otter assign` would otherwise check.
@@ -133,7 +151,8 @@ def test_the_correct_submission_scores_full_marks_through_the_class_command(
     written.write_text("student,written\ncorrect,12.5\n")
     status = grading_main(["class", str(folder), "-o", str(tmp_path / "out"),
                            "--autograder", str(built[1]), "--workers", "1",
-                           "--engine", "process", "--written", str(written)])
+                           "--engine", "process", "--written", str(written),
+                           "--assignment", "anatomy-exercises"])
     assert status == 0
     possible, row = list(csv.DictReader((tmp_path / "out/grades.csv").open(encoding="utf-8")))
     maximum = autograded_points()
@@ -148,11 +167,20 @@ def test_the_correct_submission_scores_full_marks_through_the_class_command(
     assert "anatomy_q3b: 3.00 of 3.00" in feedback
 
 
+def test_the_second_assignments_correct_submission_scores_full_marks(built: Built) -> None:
+    # Chapter 1's correct submission is graded through the class command above.
+    scores = grade("correct", built, "durable")
+    assert {question: score.points for question, score in scores.items()} == (
+        autograded_points("durable"))
+    assert all(score.public_passed for score in scores.values())
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_the_unanswered_notebook_scores_nothing_and_says_so(
-        built: tuple[dict[str, str], Path]) -> None:
-    unanswered = grade("unanswered", built)
+        built: Built, assignment: str) -> None:
+    unanswered = grade("unanswered", built, assignment)
     assert {question: score.points for question, score in unanswered.items()} == dict.fromkeys(
-        autograded_points(), 0.0)
+        autograded_points(assignment), 0.0)
     for question, score in unanswered.items():
         assert not score.public_passed, question
         # Every failing public test says so, not just the first: no internal error shows.
@@ -163,9 +191,10 @@ def test_the_unanswered_notebook_scores_nothing_and_says_so(
 
 @pytest.mark.parametrize("wrong", WRONG_ANSWERS, ids=wrong_answer_name)
 def test_a_wrong_answer_loses_points_on_its_own_question_and_no_other(
-        built: tuple[dict[str, str], Path], wrong: Any) -> None:
-    scores = grade(wrong_answer_name(wrong), built)
-    maximum = autograded_points()
+        built: Built, wrong: Any) -> None:
+    assignment = assignment_of(wrong.question)
+    scores = grade(wrong_answer_name(wrong), built, assignment)
+    maximum = autograded_points(assignment)
     own = scores[wrong.question]
     assert own.points < maximum[wrong.question], "the hidden tests missed it too"
     assert not own.public_passed, "the public tests, a student's only feedback, missed it"
@@ -280,7 +309,7 @@ def requirement_name(requirement: str) -> str:
 
 
 def test_the_autograder_installs_everything_the_tests_and_solutions_import(
-        built: tuple[dict[str, str], Path]) -> None:
+        built: Built) -> None:
     source = nbformat.read(SOURCE, as_version=4)
     code = "\n".join(solution_code(cell.source) for cell in source.cells
                      if cell.cell_type == "code")
@@ -315,13 +344,15 @@ def code_cell(notebook_path: Path, cell_id: str) -> str:
     return source
 
 
-def test_the_student_notebook_carries_exactly_its_public_tests() -> None:
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_the_student_notebook_carries_exactly_its_public_tests(assignment: str) -> None:
     namespace: dict[str, Any] = {}
-    setup = code_cell(STUDENT, "public-tests")
+    setup = code_cell(REPO_ROOT / "exercises" / f"{assignment}-exercises.ipynb", "public-tests")
     exec(setup.split("\nbundled = ")[0], namespace)  # only the constant, nothing written
     bundled = unpack_tests(namespace["PUBLIC_TESTS"])
-    shipped = {path.name: path.read_text(encoding="utf-8") for path in PUBLIC_TESTS.glob("*.py")}
-    assert bundled == shipped
+    shipped = {path.name: path.read_text(encoding="utf-8")
+               for path in PUBLIC_TESTS.glob(f"{assignment}_*.py")}
+    assert bundled == shipped and shipped
 
 
 def test_a_downloaded_copy_checks_its_answers_without_the_repository(
@@ -334,7 +365,7 @@ def test_a_downloaded_copy_checks_its_answers_without_the_repository(
     monkeypatch.chdir(tmp_path)
     exec(code_cell(STUDENT, "public-tests"), {})
     written = sorted(path.name for path in (tmp_path / "tests").glob("*.py"))
-    assert written == sorted(path.name for path in PUBLIC_TESTS.glob("*.py"))
+    assert written == sorted(path.name for path in PUBLIC_TESTS.glob("anatomy_*.py"))
     assert (tmp_path / "tests" / "anatomy_q1b.py").read_text().startswith("# the copy")
     grader = otter.Notebook()
     environment: dict[str, Any] = {}
@@ -405,7 +436,7 @@ def test_a_class_with_a_hang_a_typo_a_corrupt_file_and_a_dead_kernel_is_graded(
     (folder / "page.ipynb").write_text("<!DOCTYPE html><html><body>Not found</body></html>")
     status = grading_main(["class", str(folder), "-o", str(tmp_path / "out"), "--timeout",
                            "3", "--autograder", str(built[1]), "--workers", "2",
-                           "--engine", "process"])
+                           "--engine", "process", "--assignment", "anatomy-exercises"])
     assert status == 1  # the summary names the files with problems
     rows = {row["student"]: row for row in csv.DictReader(
         (tmp_path / "out/grades.csv").open(encoding="utf-8"))}

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-HEAVY = ("httpx", "matplotlib", "pandas", "numpy", "http.server", "ssl")
+HEAVY = ("httpx", "matplotlib", "pandas", "numpy", "http.server", "ssl", "opentelemetry")
 
 
 def fresh(code: str) -> object:
@@ -27,9 +27,10 @@ def test_import_agentbook_loads_none_of_the_heavy_libraries() -> None:
 
 
 def test_the_flat_namespace_still_offers_every_public_name() -> None:
-    code = ("import json, agentbook; from agentbook import anatomy, real_models, "
+    code = ("import json, agentbook; from agentbook import anatomy, durable, real_models, "
             "run_explorer; names = {}; exec('from agentbook import *', names); "
-            "public = [*anatomy.__all__, *real_models.__all__, *run_explorer.__all__]; "
+            "public = [*anatomy.__all__, *durable.__all__, *real_models.__all__, "
+            "*run_explorer.__all__]; "
             "print(json.dumps([len(public), [n for n in public if n not in names "
             "or names[n] is not getattr(agentbook, n)]]))")
     count, missing = fresh(code)  # type: ignore[misc]
@@ -48,3 +49,20 @@ def test_httpx_loads_when_an_adapter_first_sends_a_request() -> None:
         "print(json.dumps([before, 'httpx' in sys.modules, reply['role']]))\n"
     )
     assert fresh(code) == [False, True, "assistant"]
+
+
+def test_opentelemetry_loads_when_a_trace_is_first_asked_for() -> None:
+    code = (
+        "import sys, json\n"
+        "from agentbook import (make_environment, overreaching_model, refund_gate,\n"
+        "                       run_agent, run_spans, spans_to_otlp_json, trace_to_run)\n"
+        "def loaded():\n"
+        "    return any(m.startswith('opentelemetry') for m in sys.modules)\n"
+        "tools, _ = make_environment()\n"
+        "result = run_agent('Refund A-17.', overreaching_model(), tools, refund_gate)\n"
+        "before = loaded()\n"
+        "text = spans_to_otlp_json(run_spans(result))\n"
+        "after = loaded()\n"
+        "print(json.dumps([before, after, trace_to_run(text).stop]))\n"
+    )
+    assert fresh(code) == [False, True, "answered"]

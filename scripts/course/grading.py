@@ -154,6 +154,31 @@ WRONG_ANSWERS = (
         ('config.get("auto_refund_limit_cents")',
          'config.get("auto_refund_limit_cents", AUTO_REFUND_LIMIT_CENTS)'),
     )),
+    # Chapter 2. Runs the plain loop behind the plain gate, so nothing waits for a person.
+    WrongAnswer("durable_q1b", "refund-gate", "q1b-code", (
+        ("paused_q1 = run_with_approvals(TASK, three_bands(), tools_q1, ApprovalPolicy())",
+         "paused_q1 = run_agent(TASK, three_bands(), tools_q1, refund_gate)"),
+    )),
+    # Refuses a decision exactly max_age old.
+    WrongAnswer("durable_q2a", "strict-age", "q2a-code", (
+        ("now - when > max_age", "now - when >= max_age"),
+    )),
+    # Serializes the arguments in whatever order they came.
+    WrongAnswer("durable_q3a", "unsorted-keys", "q3a-code", (
+        ("sort_keys=True,\n                           separators",
+         "separators"),
+    )),
+    # Leaves out the intents the desk applied, as if applied meant settled.
+    WrongAnswer("durable_q4a", "applied-left-out", "q4a-code", (
+        ('if record["kind"] == "intent" and record["key"] not in done}',
+         'if record["kind"] == "intent" and record["key"] not in done\n'
+         '            and lookup(record["key"]) is None}'),
+    )),
+    # Counts every span with an error type, the agent's own included.
+    WrongAnswer("durable_q6a", "every-span", "q6a-code", (
+        ('if attributes.get("gen_ai.operation.name") == "execute_tool" and kind:',
+         "if kind:"),
+    )),
 )
 
 
@@ -233,23 +258,43 @@ def with_wrong_answer(correct: nbformat.NotebookNode, wrong: WrongAnswer) -> nbf
     return notebook
 
 
+def assignment_name(source: Path) -> str:
+    """The assignment an exercises notebook holds: ``anatomy`` for anatomy-exercises."""
+    return source.stem.removesuffix("-exercises")
+
+
+def fixtures_folder(assignment: str) -> str:
+    """Where one assignment's fixture submissions live, relative to the root.
+
+    The first chapter's sit directly in FIXTURES_DIR, where they were before a second
+    assignment existed; every later one has a folder of its own, named after it.
+    """
+    return FIXTURES_DIR if assignment == "anatomy" else f"{FIXTURES_DIR}/{assignment}"
+
+
 def fixture_files(root: Path) -> dict[str, str]:
-    """Every fixture submission: path relative to ``root`` -> notebook text."""
-    student = nbformat.read(root / STUDENT, as_version=4)
-    source = nbformat.read(root / SOURCE, as_version=4)
-    source_ids = {cell.id for cell in source.cells}
-    correct = correct_submission(student, source)
-    notebooks = {"correct": correct, "unanswered": student}
-    for wrong in WRONG_ANSWERS:
-        notebooks[wrong_answer_name(wrong)] = with_wrong_answer(correct, wrong)
-    return {f"{FIXTURES_DIR}/{name}.ipynb": normalize(nbformat.writes(notebook), source_ids)
-            for name, notebook in notebooks.items()}
+    """Every fixture submission of every assignment: path relative to ``root`` -> text."""
+    files: dict[str, str] = {}
+    for source_path in source_notebooks(root):
+        assignment = assignment_name(source_path)
+        student = nbformat.read(root / "exercises" / source_path.name, as_version=4)
+        source = nbformat.read(source_path, as_version=4)
+        source_ids = {cell.id for cell in source.cells}
+        correct = correct_submission(student, source)
+        notebooks = {"correct": correct, "unanswered": student}
+        for wrong in WRONG_ANSWERS:
+            if wrong.question.startswith(f"{assignment}_"):
+                notebooks[wrong_answer_name(wrong)] = with_wrong_answer(correct, wrong)
+        folder = fixtures_folder(assignment)
+        files.update({f"{folder}/{name}.ipynb": normalize(nbformat.writes(notebook), source_ids)
+                      for name, notebook in notebooks.items()})
+    return files
 
 
 def committed_fixtures(root: Path) -> dict[str, str]:
     folder = root / FIXTURES_DIR
     return {path.relative_to(root).as_posix(): path.read_text(encoding="utf-8")
-            for path in sorted(folder.glob("*.ipynb"))}
+            for path in sorted(folder.rglob("*.ipynb"))}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,38 @@
+from otter.test_files import test_case
+
+OK_FORMAT = False
+
+name = "durable_q3a"
+points = 2
+
+@test_case(points=None, hidden=False)
+def test_q3a_a_hex_digest_that_depends_on_the_key(keyed_digest):
+    """64 hexadecimal characters, unlike the plain digest, and different under another key."""
+    from agentbook import call_digest
+    arguments = {'order_id': 'A-17', 'amount_cents': 9999}
+    digest = keyed_digest(b'key one', 'run-1', 'call_2', 'refund_order', arguments)
+    assert digest is not None, 'not answered yet: keyed_digest returns None'
+    assert isinstance(digest, str) and len(digest) == 64, f'expected 64 hexadecimal characters (hexdigest()); found {digest!r}'
+    int(digest, 16)
+    assert digest != call_digest('run-1', 'call_2', 'refund_order', arguments), 'expected the keyed digest to differ from the plain SHA-256 of call_digest'
+    other = keyed_digest(b'key two', 'run-1', 'call_2', 'refund_order', arguments)
+    assert other != digest, 'expected another key to give another digest'
+
+@test_case(points=None, hidden=False)
+def test_q3a_the_order_of_the_arguments_does_not_matter(keyed_digest):
+    """Equal arguments in another order give the same digest: the JSON is canonical."""
+    forward = {'order_id': 'A-17', 'amount_cents': 9999}
+    backward = {'amount_cents': 9999, 'order_id': 'A-17'}
+    first = keyed_digest(b'k', 'r', 'c', 'refund_order', forward)
+    assert first is not None, 'not answered yet: keyed_digest returns None'
+    assert first == keyed_digest(b'k', 'r', 'c', 'refund_order', backward), 'expected the same digest for the same arguments in another order: serialize with sort_keys=True'
+
+@test_case(points=None, hidden=False)
+def test_q3a_every_part_is_bound(keyed_digest):
+    """Changing the run, the call, the tool or an argument changes the digest."""
+    arguments = {'order_id': 'A-17', 'amount_cents': 9999}
+    digest = keyed_digest(b'k', 'run-1', 'call_2', 'refund_order', arguments)
+    assert digest is not None, 'not answered yet: keyed_digest returns None'
+    changed = [keyed_digest(b'k', 'run-2', 'call_2', 'refund_order', arguments), keyed_digest(b'k', 'run-1', 'call_3', 'refund_order', arguments), keyed_digest(b'k', 'run-1', 'call_2', 'lookup_order', arguments), keyed_digest(b'k', 'run-1', 'call_2', 'refund_order', {**arguments, 'amount_cents': 19999})]
+    assert digest not in changed, 'expected each change to give another digest'
+

@@ -1,0 +1,28 @@
+from otter.test_files import test_case
+
+OK_FORMAT = False
+
+name = "durable_q4a"
+points = 2
+
+@test_case(points=None, hidden=False)
+def test_q4a_the_crashed_refund_is_unsettled_and_applied(unsettled, journal_q4, lookup_q4):
+    """After a crash past the effect, one key is open, and the desk has applied it."""
+    found = unsettled(journal_q4, lookup_q4)
+    assert found is not None, 'not answered yet: unsettled returns None'
+    assert found == {'crashed/2/0/call_2': {'order_id': 'A-17', 'refunded_cents': 4999}}, f"expected the refund's key mapped to its receipt; found {found!r}"
+
+@test_case(points=None, hidden=False)
+def test_q4a_a_finished_run_leaves_nothing_unsettled(unsettled):
+    """A run that never crashed has an outcome for every intent."""
+    import tempfile
+    from pathlib import Path
+    from agentbook import Journal, ScriptedModel, make_keyed_environment, refund_gate, run_durably, tool_call_message
+    tools, _, lookup = make_keyed_environment()
+    refund = tool_call_message('r', 'refund_order', {'order_id': 'A-17', 'amount_cents': 10})
+    journal = Journal(Path(tempfile.mkdtemp()) / 'done.jsonl')
+    run_durably('Refund A-17.', ScriptedModel(turns=[refund]), tools, refund_gate, journal)
+    found = unsettled(journal, lookup)
+    assert found is not None, 'not answered yet: unsettled returns None'
+    assert found == {}, f'expected no unsettled intent in a finished run; found {found!r}'
+

@@ -1,0 +1,285 @@
+"""Approval as a typed pause: the policy, the paused run, its save, and resuming it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from agentbook import (
+    ApprovalPolicy,
+    ApprovalRequest,
+    Limits,
+    PausedRun,
+    RunResult,
+    ScriptedModel,
+    Stop,
+    ToolCall,
+    ToolSpec,
+    answer_message,
+    approve,
+    call_digest,
+    check_run,
+    deny,
+    make_environment,
+    overreaching_model,
+    resume_with_decisions,
+    run_with_approvals,
+    tool_call_message,
+)
+
+TASK = "Order A-17 arrived damaged. Please make this right."
+
+
+def entry(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return tool_call_message(call_id, name, arguments)["tool_calls"][0]
+
+
+def refund(call_id: str, cents: int) -> dict[str, Any]:
+    return entry(call_id, "refund_order", {"order_id": "A-17", "amount_cents": cents})
+
+
+def message(*entries: dict[str, Any]) -> dict[str, Any]:
+    return {"role": "assistant", "content": None, "tool_calls": list(entries)}
+
+
+def mixed_model() -> ScriptedModel:
+    """One message: a lookup, a refund to approve, an automatic refund, another to approve."""
+    return ScriptedModel(turns=[
+        message(entry("l", "lookup_order", {"order_id": "A-17"}), refund("big", 7000),
+                refund("small", 100), refund("bigger", 15000)),
+        answer_message("done")])
+
+
+def paused_run(model: ScriptedModel | None = None) -> tuple[PausedRun, list[dict[str, Any]],
+                                                            dict[str, ToolSpec]]:
+    tools, effects = make_environment()
+    paused = run_with_approvals(TASK, model or mixed_model(), tools, ApprovalPolicy())
+    assert isinstance(paused, PausedRun)
+    return paused, effects, tools
+
+
+# ----------------------------------------------------------------------- the policy
+
+
+@pytest.mark.parametrize(("cents", "verdict"), [
+    (1, "allow"), (5000, "allow"), (5001, "ask"), (20000, "ask"), (20001, "deny"),
+    (0, "deny"), (-3, "deny"), (True, "deny"), (12.5, "deny"), ("100", "deny")])
+def test_refunds_are_sorted_by_amount(cents: Any, verdict: str) -> None:
+    tools, _ = make_environment()
+    call = ToolCall("c", "refund_order", {"order_id": "A-17", "amount_cents": cents})
+    assert ApprovalPolicy().classify(call, tools)[0] == verdict
+
+
+def test_reads_are_allowed_and_other_effects_are_asked_about() -> None:
+    tools, _ = make_environment()
+    tools["close_account"] = ToolSpec("Close it.", {}, lambda: None, effectful=True)
+    policy = ApprovalPolicy()
+    assert policy.classify(ToolCall("c", "read_policy", {}), tools)[0] == "allow"
+    assert policy.classify(ToolCall("c", "close_account", {}), tools)[0] == "ask"
+
+
+def test_other_limits_move_the_bands() -> None:
+    tools, _ = make_environment()
+    call = ToolCall("c", "refund_order", {"order_id": "A-17", "amount_cents": 150})
+    assert ApprovalPolicy(100, 200).classify(call, tools)[0] == "ask"
+    assert ApprovalPolicy(100, 120).classify(call, tools)[0] == "deny"
+
+
+@pytest.mark.parametrize(("auto", "approval"), [(-1, 10), (30, 20)])
+def test_limits_out_of_order_are_refused(auto: int, approval: int) -> None:
+    with pytest.raises(ValueError, match="auto_limit_cents <= approval_limit_cents"):
+        ApprovalPolicy(auto, approval)
+
+
+# ------------------------------------------------------------------- pausing the run
+
+
+def test_the_run_pauses_with_the_asked_calls_unexecuted_and_the_rest_handled() -> None:
+    paused, effects, _ = paused_run()
+    assert [r.call_id for r in paused.requests] == ["big", "bigger"]
+    assert [None if s is None else s.kind for s in paused.settled] == [
+        "result", None, "result", None]
+    assert effects == [{"order_id": "A-17", "refunded_cents": 100}]
+    assert paused.state.messages[-1]["role"] == "assistant"
+
+
+def test_a_request_binds_run_call_tool_and_arguments() -> None:
+    paused, _, _ = paused_run()
+    request = paused.requests[0]
+    assert request.digest == call_digest(paused.run_id, "big", "refund_order",
+                                         {"amount_cents": 7000, "order_id": "A-17"})
+    changed = [call_digest("other", "big", "refund_order", request.arguments),
+               call_digest(paused.run_id, "big2", "refund_order", request.arguments),
+               call_digest(paused.run_id, "big", "lookup_order", request.arguments),
+               call_digest(paused.run_id, "big", "refund_order",
+                           {**request.arguments, "amount_cents": 7001})]
+    assert request.digest not in changed and len(set(changed)) == 4
+
+
+def test_runs_with_other_tasks_get_other_run_ids() -> None:
+    first, _, _ = paused_run()
+    tools, _ = make_environment()
+    second = run_with_approvals("Another task.", mixed_model(), tools, ApprovalPolicy())
+    assert isinstance(second, PausedRun) and first.run_id != second.run_id
+    third = run_with_approvals(TASK, mixed_model(), tools, ApprovalPolicy(), run_id="mine")
+    assert isinstance(third, PausedRun) and third.run_id == "mine"
+
+
+def test_a_run_with_nothing_to_ask_ends_like_chapter_one() -> None:
+    tools, effects = make_environment()
+    model = ScriptedModel(turns=[message(refund("c", 4999)), answer_message("done")])
+    result = run_with_approvals(TASK, model, tools, ApprovalPolicy())
+    assert isinstance(result, RunResult) and result.stop == Stop.ANSWERED
+    assert len(effects) == 1 and all(check_run(result, effects, Limits()).values())
+
+
+def test_a_repeated_refusal_still_stops_the_run_and_skips_the_rest() -> None:
+    tools, effects = make_environment()
+    model = ScriptedModel(turns=[message(refund("a", 30000), refund("b", 30000),
+                                         refund("c", 7000))])
+    result = run_with_approvals(TASK, model, tools, ApprovalPolicy())
+    assert isinstance(result, RunResult) and result.stop == Stop.NO_PROGRESS
+    assert [o.kind for o in result.state.observations] == ["denied", "denied", "skipped"]
+    assert effects == [] and all(check_run(result, effects, Limits()).values())
+
+
+# ------------------------------------------------------------------ saving and loading
+
+
+def test_a_saved_paused_run_loads_back_equal() -> None:
+    paused, _, _ = paused_run()
+    assert PausedRun.from_json(paused.to_json()) == paused
+
+
+def edited(paused: PausedRun, change: Any) -> str:
+    data = json.loads(paused.to_json())
+    change(data)
+    return json.dumps(data)
+
+
+def set_amount(data: dict[str, Any]) -> None:
+    data["requests"][0]["arguments"]["amount_cents"] = 19999
+
+
+def redo_request(data: dict[str, Any]) -> None:
+    set_amount(data)
+    request = data["requests"][0]
+    request["digest"] = call_digest(data["run_id"], request["call_id"], request["name"],
+                                    request["arguments"])
+
+
+def change_run_id(data: dict[str, Any]) -> None:
+    data["run_id"] = "another"
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    (set_amount, "changed arguments no longer match their digest"),
+    (redo_request, "is not the call in the transcript"),
+    (change_run_id, "no longer match their digest"),
+    (lambda d: d["requests"].pop(), "the requests are not the calls left waiting"),
+    (lambda d: d["settled"].pop(), "one settled entry per proposed call"),
+    (lambda d: d["settled"].__setitem__(0, None), "the requests are not the calls left"),
+    (lambda d: d["state"]["messages"].pop(), "the last message proposes no calls"),
+    (lambda d: d["state"].update(turns=5), "turns, token log and assistant messages"),
+    (lambda d: d.update(format="v2"), "not a saved paused run"),
+    (lambda d: d["settled"][0].update(call_id="x"), "answers another call"),
+])
+def test_damaged_or_edited_saves_are_refused_with_a_reason(change: Any, reason: str) -> None:
+    paused, _, _ = paused_run()
+    with pytest.raises(ValueError, match=reason):
+        PausedRun.from_json(edited(paused, change))
+
+
+@pytest.mark.parametrize("text", ["", "[1]", "{", '{"format": 1}', "null"])
+def test_text_that_is_no_paused_run_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="paused run"):
+        PausedRun.from_json(text)
+
+
+# -------------------------------------------------------------------- decisions
+
+
+@pytest.mark.parametrize(("make", "args"), [(approve, ("",)), (approve, (" ",)),
+                                            (deny, ("maria", "")), (deny, ("", "why"))])
+def test_a_decision_needs_a_reviewer_and_a_denial_a_reason(make: Any, args: Any) -> None:
+    request = ApprovalRequest("c", "refund_order", {}, "d")
+    with pytest.raises(ValueError, match="non-empty"):
+        make(request, *args)
+
+
+def test_approved_calls_run_once_and_denied_ones_carry_the_reason() -> None:
+    paused, effects, tools = paused_run()
+    big, bigger = paused.requests
+    result = resume_with_decisions(paused, [deny(bigger, "maria", "too much"),
+                                            approve(big, "maria")],
+                                   mixed_model(), tools, ApprovalPolicy())
+    assert isinstance(result, RunResult) and result.stop == Stop.ANSWERED
+    assert [e["refunded_cents"] for e in effects] == [100, 7000]
+    kinds = [(o.call_id, o.kind) for o in result.state.observations]
+    assert kinds == [("l", "result"), ("big", "result"), ("small", "result"),
+                     ("bigger", "denied")]
+    assert result.state.observations[3].content == "maria denied it: too much"
+    assert all(check_run(result, effects, Limits()).values())
+
+
+def test_a_denied_model_recovers_with_the_amount_paid() -> None:
+    paused, effects, tools = paused_run(overreaching_model())
+    result = resume_with_decisions(paused, [deny(paused.requests[0], "maria", "pay 4999")],
+                                   overreaching_model(), tools, ApprovalPolicy())
+    assert isinstance(result, RunResult) and result.stop == Stop.ANSWERED
+    assert effects == [{"order_id": "A-17", "refunded_cents": 4999}]
+
+
+def test_a_loaded_run_resumes_like_the_one_that_was_saved() -> None:
+    paused, effects, tools = paused_run()
+    loaded = PausedRun.from_json(paused.to_json())
+    decisions = [approve(r, "maria") for r in loaded.requests]
+    result = resume_with_decisions(loaded, decisions, mixed_model(), tools, ApprovalPolicy())
+    assert isinstance(result, RunResult)
+    assert [e["refunded_cents"] for e in effects] == [100, 7000, 15000]
+
+
+def test_a_run_can_pause_again_after_resuming() -> None:
+    model = ScriptedModel(turns=[message(refund("a", 6000)), message(refund("b", 7000)),
+                                 answer_message("done")])
+    paused, effects, tools = paused_run(model)
+    again = resume_with_decisions(paused, [approve(paused.requests[0], "m")], model, tools,
+                                  ApprovalPolicy())
+    assert isinstance(again, PausedRun) and again.requests[0].call_id == "b"
+    done = resume_with_decisions(again, [approve(again.requests[0], "m")], model, tools,
+                                 ApprovalPolicy())
+    assert isinstance(done, RunResult) and len(effects) == 2
+
+
+def another_runs_decision(paused: PausedRun) -> list[Any]:
+    tools, _ = make_environment()
+    other = run_with_approvals("Other task.", mixed_model(), tools, ApprovalPolicy())
+    assert isinstance(other, PausedRun)
+    return [approve(other.requests[0], "m"), approve(paused.requests[1], "m")]
+
+
+@pytest.mark.parametrize(("decide", "reason"), [
+    (lambda p: [], "no decision for big, bigger"),
+    (lambda p: [approve(p.requests[0], "m")], "no decision for bigger"),
+    (lambda p: [approve(p.requests[0], "m")] * 2 + [approve(p.requests[1], "m")],
+     "request big is decided twice"),
+    (another_runs_decision, "the decision for big matches no request"),
+    (lambda p: ["approve everything"], "not a decision"),
+])
+def test_bad_decisions_are_refused_and_move_no_money(decide: Any, reason: str) -> None:
+    paused, effects, tools = paused_run()
+    before = (list(effects), json.loads(paused.to_json()))
+    with pytest.raises(ValueError, match=reason):
+        resume_with_decisions(paused, decide(paused), mixed_model(), tools, ApprovalPolicy())
+    assert (effects, json.loads(paused.to_json())) == before
+
+
+def test_a_paused_run_resumes_only_once() -> None:
+    paused, effects, tools = paused_run()
+    decisions = [approve(r, "m") for r in paused.requests]
+    resume_with_decisions(paused, decisions, mixed_model(), tools, ApprovalPolicy())
+    with pytest.raises(ValueError, match="resumed already"):
+        resume_with_decisions(paused, decisions, mixed_model(), tools, ApprovalPolicy())
+    assert [e["refunded_cents"] for e in effects] == [100, 7000, 15000]

@@ -1,0 +1,328 @@
+"""Effects that survive a crash: the keyed desk, the journal, and recovery.
+
+The property test is the chapter's claim in general form: for any short
+script of lookups and refunds, crashed at any point of any effectful call,
+recovery leaves the same effect log as the run that never crashed, and
+Chapter 1's invariants hold for the recovered transcript.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from agentbook import (
+    CRASH_POINTS,
+    Crash,
+    CrashAt,
+    Journal,
+    Limits,
+    ScriptedModel,
+    Stop,
+    answer_message,
+    check_run,
+    make_environment,
+    make_keyed_environment,
+    recover_run,
+    refund_gate,
+    run_agent,
+    run_durably,
+    tool_call_message,
+)
+
+TASK = "Order A-17 arrived damaged. Please make this right."
+
+
+def entry(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return tool_call_message(call_id, name, arguments)["tool_calls"][0]
+
+
+def refund(call_id: str, cents: int) -> dict[str, Any]:
+    return entry(call_id, "refund_order", {"order_id": "A-17", "amount_cents": cents})
+
+
+def message(*entries: dict[str, Any]) -> dict[str, Any]:
+    return {"role": "assistant", "content": None, "tool_calls": list(entries)}
+
+
+def refund_script() -> list[dict[str, Any]]:
+    return [message(entry("call_1", "lookup_order", {"order_id": "A-17"})),
+            message(refund("call_2", 4999)), answer_message("Refunded.")]
+
+
+# ------------------------------------------------------------------ the keyed desk
+
+
+def test_a_key_is_applied_at_most_once_and_lookup_reports_it() -> None:
+    tools, effects, lookup = make_keyed_environment()
+    handler = tools["refund_order"].handler
+    first = handler(order_id="A-17", amount_cents=10, idempotency_key="k")
+    again = handler(order_id="A-17", amount_cents=10, idempotency_key="k")
+    assert first == again == {"order_id": "A-17", "refunded_cents": 10}
+    assert effects == [first] and lookup("k") == first and lookup("other") is None
+
+
+def test_without_a_key_the_keyed_desk_refunds_every_time() -> None:
+    tools, effects, lookup = make_keyed_environment()
+    tools["refund_order"].handler(order_id="A-17", amount_cents=10)
+    tools["refund_order"].handler(order_id="A-17", amount_cents=10)
+    assert len(effects) == 2
+
+
+def test_a_key_reused_for_another_refund_is_refused_and_moves_nothing() -> None:
+    tools, effects, _ = make_keyed_environment()
+    tools["refund_order"].handler(order_id="A-17", amount_cents=10, idempotency_key="k")
+    with pytest.raises(ValueError, match="used for another refund"):
+        tools["refund_order"].handler(order_id="A-17", amount_cents=11, idempotency_key="k")
+    assert effects == [{"order_id": "A-17", "refunded_cents": 10}]
+
+
+def test_the_model_cannot_send_a_key_itself() -> None:
+    tools, effects, _ = make_keyed_environment()
+    sneaky = message(entry("c", "refund_order", {"order_id": "A-17", "amount_cents": 10,
+                                                 "idempotency_key": "mine"}))
+    result = run_agent(TASK, ScriptedModel(turns=[sneaky]), tools, refund_gate)
+    assert result.state.observations[0].kind == "invalid" and effects == []
+
+
+# ---------------------------------------------------------------------- the journal
+
+
+def test_the_journal_reads_back_what_was_appended(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "j.jsonl")
+    assert journal.records() == []
+    journal.append({"kind": "a", "n": 1})
+    journal.append({"kind": "b", "text": "é\n"})
+    assert journal.records() == [{"kind": "a", "n": 1}, {"kind": "b", "text": "é\n"}]
+    assert len(journal.path.read_text(encoding="utf-8").splitlines()) == 2
+
+
+def test_a_last_line_cut_short_is_ignored(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "j.jsonl")
+    journal.append({"kind": "a"})
+    with journal.path.open("a", encoding="utf-8") as file:
+        file.write('{"kind": "b", "te')
+    assert journal.records() == [{"kind": "a"}]
+
+
+@pytest.mark.parametrize("damage", ['{"kind": "a"}\nnot json\n{"kind": "b"}\n',
+                                    '{"kind": "a"}\n[1, 2]\n', '{"no kind": 1}\n'])
+def test_damage_before_the_last_line_is_refused(tmp_path: Path, damage: str) -> None:
+    path = tmp_path / "j.jsonl"
+    path.write_text(damage, encoding="utf-8")
+    with pytest.raises(ValueError, match=r"journal j\.jsonl, line \d: not a journal record"):
+        Journal(path).records()
+
+
+def test_a_record_json_cannot_carry_is_refused_before_it_is_written(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "j.jsonl")
+    with pytest.raises(ValueError):
+        journal.append({"kind": "a", "x": float("nan")})
+    assert journal.records() == []
+
+
+# ------------------------------------------------------------------ crashes and recovery
+
+
+@pytest.mark.parametrize(("point", "index"), [("nowhere", 0), ("after_effect", -1),
+                                              ("after_effect", True), ("after_effect", 1.0)])
+def test_a_crash_point_must_exist(point: str, index: Any) -> None:
+    with pytest.raises(ValueError):
+        CrashAt(point, index)
+
+
+def run_crashed(folder: Path, turns: list[dict[str, Any]],
+                crash: CrashAt | None) -> tuple[Any, list[dict[str, Any]], bool]:
+    """Run ``turns`` durably, crashed at ``crash``, and recover if it crashed.
+
+    Returns the result, the effect log, and whether the crash happened.
+    """
+    tools, effects, lookup = make_keyed_environment()
+    journal = Journal(folder / f"run-{crash.point if crash else 'none'}.jsonl")
+    try:
+        result = run_durably(TASK, ScriptedModel(turns=turns), tools, refund_gate, journal,
+                             crash=crash)
+    except Crash:
+        result = recover_run(journal, ScriptedModel(turns=turns), tools, refund_gate,
+                             lookup=lookup)
+        return result, effects, True
+    return result, effects, False
+
+
+@pytest.mark.parametrize("point", CRASH_POINTS)
+def test_every_crash_point_is_reached_and_recovered_to_one_refund(
+        tmp_path: Path, point: str) -> None:
+    tools, effects, lookup = make_keyed_environment()
+    journal = Journal(tmp_path / "run.jsonl")
+    with pytest.raises(Crash, match=point):
+        run_durably(TASK, ScriptedModel(turns=refund_script()), tools, refund_gate, journal,
+                    crash=CrashAt(point))
+    result = recover_run(journal, ScriptedModel(turns=refund_script()), tools, refund_gate,
+                         lookup=lookup)
+    assert result.stop == Stop.ANSWERED
+    assert effects == [{"order_id": "A-17", "refunded_cents": 4999}]
+    assert all(check_run(result, effects, Limits()).values())
+
+
+def test_the_uncrashed_and_recovered_runs_have_equal_states(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    plain, _, _ = run_crashed(tmp_path / "a", refund_script(), None)
+    recovered, _, _ = run_crashed(tmp_path / "b", refund_script(), CrashAt("after_effect"))
+    assert recovered.state == plain.state
+
+
+def test_keys_come_from_the_run_and_the_call_not_the_arguments(tmp_path: Path) -> None:
+    tools, _, _ = make_keyed_environment()
+    journal = Journal(tmp_path / "desk.jsonl")
+    run_durably(TASK, ScriptedModel(turns=refund_script()), tools, refund_gate, journal)
+    intents = [r for r in journal.records() if r["kind"] == "intent"]
+    assert [r["key"] for r in intents] == ["desk/2/0/call_2"]
+    other = Journal(tmp_path / "other.jsonl")
+    run_durably(TASK, ScriptedModel(turns=refund_script()), tools, refund_gate, other,
+                run_id="run-7")
+    assert [r["key"] for r in other.records() if r["kind"] == "intent"] == ["run-7/2/0/call_2"]
+
+
+def test_reads_and_refusals_write_no_intent(tmp_path: Path) -> None:
+    tools, effects, _ = make_keyed_environment()
+    journal = Journal(tmp_path / "r.jsonl")
+    turns = [message(entry("l", "lookup_order", {"order_id": "A-17"}), refund("big", 9999))]
+    run_durably(TASK, ScriptedModel(turns=turns), tools, refund_gate, journal)
+    assert [r for r in journal.records() if r["kind"] in ("intent", "outcome")] == []
+    assert effects == []
+
+
+def test_a_journal_that_holds_a_run_is_not_started_again(tmp_path: Path) -> None:
+    tools, effects, _ = make_keyed_environment()
+    journal = Journal(tmp_path / "r.jsonl")
+    run_durably(TASK, ScriptedModel(turns=refund_script()), tools, refund_gate, journal)
+    with pytest.raises(ValueError, match="already holds a run"):
+        run_durably(TASK, ScriptedModel(turns=refund_script()), tools, refund_gate, journal)
+    assert len(effects) == 1
+
+
+@pytest.mark.parametrize("text", ["", '{"kind": "state"}\n', '{"kind": "start", "format": '
+                                  '"agentbook journal, version 1", "run_id": "r"}\n'])
+def test_recovering_a_journal_without_a_run_is_refused(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "r.jsonl"
+    path.write_text(text, encoding="utf-8")
+    tools, effects, lookup = make_keyed_environment()
+    with pytest.raises(ValueError, match="holds no"):
+        recover_run(Journal(path), ScriptedModel(turns=refund_script()), tools, refund_gate,
+                    lookup=lookup)
+    assert effects == []
+
+
+def test_a_second_crash_during_recovery_is_recovered_too(tmp_path: Path) -> None:
+    turns = [message(refund("a", 1000)), message(refund("b", 2000)), answer_message("done")]
+    tools, effects, lookup = make_keyed_environment()
+    journal = Journal(tmp_path / "twice.jsonl")
+    with pytest.raises(Crash):
+        run_durably(TASK, ScriptedModel(turns=turns), tools, refund_gate, journal,
+                    crash=CrashAt("after_effect", 0))
+    with pytest.raises(Crash):
+        recover_run(journal, ScriptedModel(turns=turns), tools, refund_gate, lookup=lookup,
+                    crash=CrashAt("after_effect", 1))
+    result = recover_run(journal, ScriptedModel(turns=turns), tools, refund_gate,
+                         lookup=lookup)
+    assert [e["refunded_cents"] for e in effects] == [1000, 2000]
+    assert result.stop == Stop.ANSWERED and all(check_run(result, effects, Limits()).values())
+
+
+# ------------------------------------------------------------------- a lost reply
+
+
+def lose_first_reply(tools: dict[str, Any]) -> None:
+    from dataclasses import replace
+
+    spec, answered = tools["refund_order"], []
+
+    def flaky(**arguments: Any) -> Any:
+        receipt = spec.handler(**arguments)
+        answered.append(receipt)
+        if len(answered) == 1:
+            raise TimeoutError("no answer")
+        return receipt
+
+    tools["refund_order"] = replace(spec, handler=flaky)
+
+
+def retrying() -> ScriptedModel:
+    return ScriptedModel(turns=refund_script(),
+                         reactions={"no answer": message(refund("call_3", 4999))})
+
+
+def test_a_lost_reply_is_settled_by_its_key(tmp_path: Path) -> None:
+    tools, effects, lookup = make_keyed_environment()
+    lose_first_reply(tools)
+    result = run_durably(TASK, retrying(), tools, refund_gate, Journal(tmp_path / "l.jsonl"),
+                         lookup=lookup)
+    assert len(effects) == 1
+    assert result.state.observations[1].kind == "result"
+    assert result.state.observations[1].content == effects[0]
+
+
+def test_without_lookup_or_in_the_kernel_the_retry_refunds_twice(tmp_path: Path) -> None:
+    tools, effects, _ = make_keyed_environment()
+    lose_first_reply(tools)
+    run_durably(TASK, retrying(), tools, refund_gate, Journal(tmp_path / "l.jsonl"))
+    assert len(effects) == 2
+    plain, plain_effects = make_environment()
+    lose_first_reply(plain)
+    run_agent(TASK, retrying(), plain, refund_gate)
+    assert len(plain_effects) == 2
+
+
+def test_a_failure_before_the_effect_stays_an_error(tmp_path: Path) -> None:
+    tools, effects, lookup = make_keyed_environment()
+    turns = [message(entry("c", "refund_order", {"order_id": "A-17", "amount_cents": 5})),
+             answer_message("ok")]
+    from dataclasses import replace
+
+    def down(**arguments: Any) -> Any:
+        raise TimeoutError("payments are down")
+
+    tools["refund_order"] = replace(tools["refund_order"], handler=down)
+    result = run_durably(TASK, ScriptedModel(turns=turns), tools, refund_gate,
+                         Journal(tmp_path / "d.jsonl"), lookup=lookup)
+    assert result.state.observations[0].kind == "error" and effects == []
+
+
+# --------------------------------------------------------------------- the property
+
+proposal = st.one_of(
+    st.just(("lookup_order", {"order_id": "A-17"})),
+    st.just(("lookup_order", {"order_id": "Z-9"})),
+    st.integers(min_value=-5, max_value=6000).map(
+        lambda cents: ("refund_order", {"order_id": "A-17", "amount_cents": cents})),
+)
+scripts = st.lists(st.lists(proposal, min_size=1, max_size=3), min_size=1, max_size=3)
+
+
+def to_turns(script: list[list[tuple[str, dict[str, Any]]]]) -> list[dict[str, Any]]:
+    return [message(*(entry(f"t{turn}c{n}", name, arguments)
+                      for n, (name, arguments) in enumerate(calls)))
+            for turn, calls in enumerate(script)] + [answer_message("done")]
+
+
+@settings(max_examples=60, deadline=None)
+@given(script=scripts, point=st.sampled_from(CRASH_POINTS),
+       index=st.integers(min_value=0, max_value=2))
+def test_recovery_after_any_crash_matches_the_uncrashed_run(
+        script: list[list[tuple[str, dict[str, Any]]]], point: str, index: int) -> None:
+    turns = to_turns(script)
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "a").mkdir()
+        (Path(folder) / "b").mkdir()
+        plain, plain_effects, _ = run_crashed(Path(folder) / "a", turns, None)
+        result, effects, crashed = run_crashed(Path(folder) / "b", turns, CrashAt(point, index))
+    event(f"crashed and recovered: {crashed}")
+    assert effects == plain_effects
+    assert result.state == plain.state and result.stop == plain.stop
+    assert all(check_run(result, effects, Limits()).values())
