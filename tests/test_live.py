@@ -27,7 +27,8 @@ from tests.test_explorer import CHROMIUM_FLAGS, chromium_path
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTER = ROOT / "chapters" / "01_anatomy.ipynb"
-LIVE_PAGES = ("chapters/01_anatomy.html", "chapters/a1_real_models.html",
+LIVE_PAGES = ("chapters/01_anatomy.html", "chapters/02_durable.html",
+              "chapters/a1_real_models.html",
               "chapters/a2_run_explorer.html")
 RUN_ALL_TIMEOUT = 120_000  # ms; Pyodide loads, then every cell runs
 
