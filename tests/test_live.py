@@ -47,13 +47,16 @@ def test_cells_that_need_only_agentbook_run_and_the_rest_say_why() -> None:
         cell("#| eval: false\nprint(1)"),
         cell("import opentelemetry.trace"),
         cell("import sys", "install-agentbook"),  # its job is done in the page already
+        cell("spans = run_spans(result)"),  # agentbook loads OpenTelemetry for it
+        cell("print(len(spans))"),
     ])
     assert reasons == [None, "draws a figure with matplotlib",
                        "draws a figure with matplotlib", None,
                        "talks HTTP, which the page's Python cannot",
                        "shows a call to a served model, which the book never makes",
                        "imports opentelemetry, which the page's Python does not have",
-                       "installs agentbook on Colab; the page has it already"]
+                       "installs agentbook on Colab; the page has it already",
+                       *["builds OpenTelemetry spans; the page's Python has no OpenTelemetry"] * 2]
 
 
 def test_at_least_nine_in_ten_of_the_chapters_cells_run_in_the_page() -> None:
@@ -110,7 +113,7 @@ def test_the_exercise_steps_pair_each_answer_with_its_check() -> None:
     questions = [step["id"] for step in steps if step["kind"] == "question"]
     checks = [step["id"] for step in steps if step["kind"] == "check"]
     assert questions == checks and len(questions) == len(list(
-        (notebook.parent / "tests").glob("*.py")))
+        (notebook.parent / "tests").glob("anatomy_*.py")))
     assert not any("grader" in step.get("source", "") for step in steps)
 
 
@@ -238,9 +241,10 @@ def test_run_all_prints_every_stored_output_again(pages: dict[str, Any], context
             differ.append(f"{cell_id}: {status} {printed[:300]!r} {result['error']}")
     assert not differ, "\n".join(differ)
     assert len(shown) == cells.count() and not context.outside
-    # The explorers the cells drew again are live: each shows its first step.
+    # The explorers the live cells drew again are live: each shows its first step.
     explorers = page.locator("[data-live-output] div.run-explorer.rx-ready")
-    assert explorers.count() == sum("run-explorer" in cell["html"] for cell in stored.values())
+    assert explorers.count() == sum("run-explorer" in stored[cell_id]["html"]
+                                    for cell_id, _, _ in shown)
 
 
 def test_an_edit_runs_and_an_error_leaves_python_working(pages: dict[str, Any]) -> None:

@@ -44,10 +44,14 @@ BROWSER_LACKS = {
     "socket": "opens sockets, which the page's Python cannot",
     "subprocess": "starts another program, which a browser cannot",
 }
+# agentbook's names that load a library on first use, which the page's Python lacks.
+LOADS_LIBRARY = {name: "builds OpenTelemetry spans; the page's Python has no OpenTelemetry"
+                 for name in ("run_spans", "spans_to_otlp_json")}
 # Cells whose own job has no meaning in the page, by notebook cell id, with the reason.
 NOT_IN_PAGE = {
     "install-agentbook": "installs agentbook on Colab; the page has it already",
     "colab-install": "installs agentbook on Colab; the page has it already",
+    "light-import": "starts a fresh Python process, which a browser cannot",
 }
 WHEEL_TIME = (1980, 1, 1, 0, 0, 0)  # a fixed date: the same wheel bytes on every render
 # A code cell's div, which Quarto follows with the cell's source block (a diagram's is not).
@@ -101,7 +105,8 @@ def classify(cells: list[dict[str, object]]) -> list[str | None]:
     """For each code cell, None when it runs in the page, else the reason it cannot.
 
     A cell cannot run when Quarto does not run it either (`#| eval: false`), when it imports
-    what the browser lacks, or when it reads a name that only such a cell defined.
+    what the browser lacks, when it calls one of agentbook's names that load such a library,
+    or when it reads a name that only such a cell defined.
     """
     reasons: list[str | None] = []
     static_names: dict[str, str] = {}
@@ -113,8 +118,9 @@ def classify(cells: list[dict[str, object]]) -> list[str | None]:
         reason = NOT_IN_PAGE.get(str(cell.get("id")), (
             "shows a call to a served model, which the book never makes"
             if cell_options(source).get("eval") == "false" else lacking_module(tree)))
-        reason = reason or next((static_names[name] for name in sorted(used)
-                                 if name in static_names), None)
+        reason = reason or next((LOADS_LIBRARY.get(name) or static_names[name]
+                                 for name in sorted(used)
+                                 if name in LOADS_LIBRARY or name in static_names), None)
         for name in bound:
             if reason:
                 static_names[name] = reason
