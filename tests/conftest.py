@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -44,33 +45,58 @@ RENDER_TIMEOUT = 900  # seconds; a render takes about a minute on two shared cor
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
+def make_once(tmp_path_factory: pytest.TempPathFactory, name: str,
+              make: Callable[[Path], None]) -> Path:
+    """A folder that ``make`` fills once for the whole run, however many workers ask for it.
+
+    pytest-xdist's workers share the parent of their temporary folders; they take turns at
+    a lock, and only the first finds the folder unmade.
+    """
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder, done = shared / name, shared / f"{name}.done"
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            make(folder)
+            done.touch()
+    return folder
+
+
+@pytest.fixture(scope="session")
+def made_once(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """``made_once(name, make)``: the folder ``make`` filled once for the whole run."""
+    return lambda name, make: make_once(tmp_path_factory, name, make)
+
+
+def render_book(folder: Path) -> None:
+    """Render a copy of the sources in ``folder``/src, keeping Quarto's log beside it."""
+    quarto = shutil.which("quarto")
+    assert quarto is not None
+    source = folder / "src"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*NOT_COPIED))
+    # The EPUB's diagrams are drawn by Chromium; without it only the HTML is rendered.
+    chromium = find_chromium()
+    formats = [] if chromium else ["--to", "html"]
+    environment = dict(os.environ, QUARTO_CHROMIUM=chromium or "",
+                       QUARTO_CHROMIUM_HEADLESS_MODE="new")
+    finished = subprocess.run([quarto, "render", *formats], cwd=source, capture_output=True,
+                              text=True, timeout=RENDER_TIMEOUT, env=environment)
+    log = ANSI.sub("", finished.stdout + finished.stderr)
+    assert finished.returncode == 0, log
+    (folder / "render.log").write_text(log, encoding="utf-8")
+
+
 @pytest.fixture(scope="session")
 def rendered_book(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """The book rendered from a copy of the sources: its _book folder and Quarto's log.
 
-    Rendered once for the whole run: the test files that read the book share it, and so do
-    pytest-xdist's workers, which take turns at a lock and find the render already done.
+    Rendered once for the whole run: the test files that read the book share it.
     """
-    quarto = shutil.which("quarto")
-    if quarto is None:
+    if shutil.which("quarto") is None:
         pytest.skip("quarto is not on PATH, so the book cannot be rendered here "
                     "(README.md says where Quarto comes from)")
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    source, log_file = shared / "book" / "src", shared / "book" / "render.log"
-    with open(shared / "book.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not log_file.exists():
-            shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*NOT_COPIED))
-            # The EPUB's diagrams are drawn by Chromium; without it only the HTML is rendered.
-            chromium = find_chromium()
-            formats = [] if chromium else ["--to", "html"]
-            environment = dict(os.environ, QUARTO_CHROMIUM=chromium or "",
-                               QUARTO_CHROMIUM_HEADLESS_MODE="new")
-            finished = subprocess.run([quarto, "render", *formats], cwd=source,
-                                      capture_output=True, text=True, timeout=RENDER_TIMEOUT,
-                                      env=environment)
-            log = ANSI.sub("", finished.stdout + finished.stderr)
-            assert finished.returncode == 0, log
-            log_file.write_text(log, encoding="utf-8")
-    return source / "_book", log_file.read_text(encoding="utf-8")
+    folder = make_once(tmp_path_factory, "book", render_book)
+    return folder / "src" / "_book", (folder / "render.log").read_text(encoding="utf-8")

@@ -1,6 +1,6 @@
 """Grading the exercises as an instructor does, on submissions kept as fixtures.
 
-The autograder zip is built with ``otter assign`` once per test worker, and every fixture
+The autograder zips are built with ``otter assign`` once per run, and every fixture
 submission is graded with it by a test of its own, as ``otter run`` grades: the correct
 solution scores full marks on every public and hidden test (the proof that every reference
 solution passes its own tests, so the build skips otter's own run of them), the unanswered
@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import csv
 import importlib.metadata
+import json
 import os
 import re
 import shutil
@@ -72,15 +73,18 @@ def assignment_of(question: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], Path,
-                                                            dict[str, Path]]:
+def built(made_once: Any) -> Built:
     """The student files and the autograder zip, from one run of ``otter assign``.
 
     Otter's check that the solutions pass every test is skipped here: grading the correct
     fixture below checks exactly that, against this zip, and grading is the slow part.
     """
-    folder = tmp_path_factory.mktemp("autograder")
-    files = build(REPO_ROOT, autograder=folder, check_solutions=False)
+    def make(folder: Path) -> None:
+        files = build(REPO_ROOT, autograder=folder, check_solutions=False)
+        (folder / "student-files.json").write_text(json.dumps(files), encoding="utf-8")
+
+    folder = made_once("autograder", make)
+    files = json.loads((folder / "student-files.json").read_text(encoding="utf-8"))
     archives = {assignment: next((folder / f"{assignment}-exercises").glob("*.zip"))
                 for assignment in ASSIGNMENTS}
     return files, archives["anatomy"], archives
@@ -139,36 +143,9 @@ def test_solution_markers_are_removed_from_a_correct_answer() -> None:
 # The grading table
 
 
-def test_the_correct_submission_scores_full_marks_through_the_class_command(
-        built: Built, tmp_path: Path) -> None:
-    # Graded as an instructor grades a class, through a worker pool: every autograded question,
-    # each worth points, at full marks. Full marks mean every public and hidden test passed on
-    # the reference solutions, which is what `otter assign` would otherwise check.
-    folder = tmp_path / "submissions"
-    folder.mkdir()
-    shutil.copy(FIXTURES / "correct.ipynb", folder)
-    written = tmp_path / "written.csv"
-    written.write_text("student,written\ncorrect,12.5\n")
-    status = grading_main(["class", str(folder), "-o", str(tmp_path / "out"),
-                           "--autograder", str(built[1]), "--workers", "1",
-                           "--engine", "process", "--written", str(written),
-                           "--assignment", "anatomy-exercises"])
-    assert status == 0
-    possible, row = list(csv.DictReader((tmp_path / "out/grades.csv").open(encoding="utf-8")))
-    maximum = autograded_points()
-    assert all(points > 0 for points in maximum.values())
-    scores = {question: f"{points:.2f}" for question, points in maximum.items()}
-    assert possible == {"student": "points possible", **scores, "written": "15.00",
-                        "total": f"{sum(maximum.values()) + 15:.2f}", "status": ""}
-    assert row == {"student": "correct", **scores, "written": "12.50",
-                   "total": f"{sum(maximum.values()) + 12.5:.2f}", "status": "ok"}
-    assert "Model answer" in (tmp_path / "out/written-answers.html").read_text()
-    feedback = (tmp_path / "out/feedback/correct.txt").read_text()
-    assert "anatomy_q3b: 3.00 of 3.00" in feedback
-
-
 def test_the_second_assignments_correct_submission_scores_full_marks(built: Built) -> None:
-    # Chapter 1's correct submission is graded through the class command above.
+    # Chapter 1's correct submission is graded through the class command, with a class of
+    # broken ones, below.
     scores = grade("correct", built, "durable")
     assert {question: score.points for question, score in scores.items()} == (
         autograded_points("durable"))
@@ -422,25 +399,39 @@ def small_submission(*sources: str) -> str:
 
 
 def test_a_class_with_a_hang_a_typo_a_corrupt_file_and_a_dead_kernel_is_graded(
-        built: tuple[dict[str, str], Path], tmp_path: Path) -> None:
-    # Short notebooks keep this cheap: a kernel each, and every question's tests run once.
+        built: Built, tmp_path: Path) -> None:
+    # The correct fixture beside short broken notebooks, which keep this cheap: a kernel each,
+    # and every question's tests run once. Full marks for the correct one mean every public and
+    # hidden test passed on the reference solutions, which `otter assign` would otherwise check.
     q7b = ("from typing import Any\nfrom collections.abc import Mapping\n"
            "from agentbook import AUTO_REFUND_LIMIT_CENTS, Gate, ToolCall\n"
            + solution_code(code_cell(SOURCE, "q7b-code")))
     folder = tmp_path / "class"
     folder.mkdir()
+    shutil.copy(FIXTURES / "correct.ipynb", folder)
     (folder / "loops.ipynb").write_text(small_submission(
         q7b, 'grader.check("anatomy_q7b")', "while True:\n    pass",
         'grader.check("anatomy_q5a")', "x = (", 'grader.check("anatomy_q4c")'))
     (folder / "dies.ipynb").write_text(small_submission("import os\nos._exit(1)"))
     (folder / "page.ipynb").write_text("<!DOCTYPE html><html><body>Not found</body></html>")
+    written = tmp_path / "written.csv"
+    written.write_text("student,written\ncorrect,12.5\n")
     status = grading_main(["class", str(folder), "-o", str(tmp_path / "out"), "--timeout",
                            "3", "--autograder", str(built[1]), "--workers", "2",
-                           "--engine", "process", "--assignment", "anatomy-exercises"])
+                           "--engine", "process", "--written", str(written),
+                           "--assignment", "anatomy-exercises"])
     assert status == 1  # the summary names the files with problems
     rows = {row["student"]: row for row in csv.DictReader(
         (tmp_path / "out/grades.csv").open(encoding="utf-8"))}
-    assert list(rows) == ["points possible", "dies", "loops", "page"]
+    assert list(rows) == ["points possible", "correct", "dies", "loops", "page"]
+    maximum = autograded_points()
+    assert all(points > 0 for points in maximum.values())
+    scores = {question: f"{points:.2f}" for question, points in maximum.items()}
+    assert rows["points possible"] == {
+        "student": "points possible", **scores, "written": "15.00",
+        "total": f"{sum(maximum.values()) + 15:.2f}", "status": ""}
+    assert rows["correct"] == {"student": "correct", **scores, "written": "12.50",
+                               "total": f"{sum(maximum.values()) + 12.5:.2f}", "status": "ok"}
     assert (rows["loops"]["anatomy_q7b"], rows["loops"]["anatomy_q5a"]) == ("2.00", "0.00")
     assert rows["loops"]["status"].startswith("anatomy_q5a: cell")
     assert "time limit" in rows["loops"]["status"]
@@ -453,6 +444,9 @@ def test_a_class_with_a_hang_a_typo_a_corrupt_file_and_a_dead_kernel_is_graded(
     feedback = (tmp_path / "out/feedback/loops.txt").read_text()
     q4c = feedback.split("\nanatomy_q4c:")[1].split("\nanatomy_")[0]
     assert "raised SyntaxError" in q4c and "test" in q4c and "NoneType" not in q4c
+    assert "anatomy_q3b: 3.00 of 3.00" in (tmp_path / "out/feedback/correct.txt").read_text()
+    assert "Model answer" in (tmp_path / "out/written-answers.html").read_text()
+
 
 def test_two_files_for_one_student_are_refused_before_grading(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
