@@ -28,6 +28,7 @@ from typing import Any
 import nbformat
 import pypandoc
 
+from scripts.build.generated import read_files, stale, write
 from scripts.checks.book_checks import (
     CODE_SPAN,
     FENCE,
@@ -199,8 +200,7 @@ def reader_notebooks(root: Path) -> dict[str, str]:
     for page, notebook in zip(pages, notebooks, strict=True):
         name = f"{READERS_DIR}/{Path(page).name}"
         check_converted(name, notebook)
-        text = nbformat.writes(nbformat.from_dict(notebook))
-        readers[name] = text if text.endswith("\n") else text + "\n"
+        readers[name] = nbformat.writes(nbformat.from_dict(notebook)) + "\n"
     return readers
 
 
@@ -225,31 +225,21 @@ def check_converted(name: str, notebook: dict[str, Any]) -> None:
                               f"{', '.join(found)}")
 
 
-def differing(root: Path, readers: dict[str, str]) -> list[str]:
-    """The reader notebooks on disk that differ from `readers`, then those with no chapter."""
-    stale = [name for name, text in readers.items() if not (root / name).is_file()
-             or (root / name).read_text(encoding="utf-8") != text]
-    return stale + [path.relative_to(root).as_posix()
-                    for path in sorted((root / READERS_DIR).glob("*.ipynb"))
-                    if path.relative_to(root).as_posix() not in readers]
+def committed_readers(root: Path, readers: dict[str, str]) -> dict[str, str]:
+    """The reader notebooks on disk: those wanted, and any whose chapter is gone."""
+    return read_files(root, [*readers, *(path.relative_to(root).as_posix()
+                                        for path in (root / READERS_DIR).glob("*.ipynb"))])
 
 
 def write_readers(root: Path, readers: dict[str, str]) -> list[str]:
-    """Write the reader notebooks that changed, remove ones whose chapter is gone; return
-    the names written or removed."""
-    changed = differing(root, readers)
-    for name in changed:
-        if name in readers:
-            (root / name).parent.mkdir(parents=True, exist_ok=True)
-            (root / name).write_text(readers[name], encoding="utf-8")
-        else:
-            (root / name).unlink()
-    return changed
+    """Write the reader notebooks that changed, remove those whose chapter is gone."""
+    return write(root, readers, committed_readers(root, readers))
 
 
 def stale_readers(root: Path) -> list[str]:
     """The reader notebooks that differ from what the chapters give, or should not exist."""
-    return differing(root, reader_notebooks(root))
+    readers = reader_notebooks(root)
+    return stale(committed_readers(root, readers), readers)
 
 
 def main(argv: list[str] | None = None) -> int:
