@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -49,3 +50,26 @@ def write(root: Path, wanted: dict[str, str], committed: dict[str, str]) -> list
         else:
             path.unlink()
     return changed
+
+
+def sync(root: Path, wanted: dict[str, str], committed: dict[str, str], check: bool,
+         what: str, command: str) -> int:
+    """The `--check` or write step of a generating command; its exit status.
+
+    Checking prints a diff and returns 1 when the tree is stale; writing names each file
+    written or removed.
+    """
+    if check:
+        report = diff(committed, wanted)
+        if report:
+            print(f"The {what} are stale; run `{command}` and commit the result.\n\n{report}",
+                  file=sys.stderr)
+            return 1
+        print(f"the {what} are up to date")
+        return 0
+    changed = write(root, wanted, committed)
+    for name in changed:
+        print(f"wrote {name}" if name in wanted else f"removed {name}")
+    if not changed:
+        print(f"the {what} were already up to date")
+    return 0

@@ -8,7 +8,7 @@ end, by citeproc (pandoc's default style, as the book's), as `filters/reader-*.l
 Code cells are the chapter's own, byte for byte, less their `#|` option lines.
 
     python -m scripts.build.readers           write notebooks/
-    python -m scripts.build.readers --check   exit 1, naming each stale notebook, when one differs
+    python -m scripts.build.readers --check   exit 1 with a diff when one is stale
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 import nbformat
 import pypandoc
 
-from scripts.build.generated import read_files, stale, write
+from scripts.build.generated import read_files, stale, sync, write
 from scripts.checks.book_checks import (
     CODE_SPAN,
     FENCE,
@@ -248,18 +248,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="write nothing; exit 1 when a reader notebook is stale")
     args = parser.parse_args(argv)
     try:
-        if args.check:
-            stale = stale_readers(ROOT)
-            for name in stale:
-                print(f"{name} is stale: run python -m scripts.build.readers", file=sys.stderr)
-            return 1 if stale else 0
-        for name in write_readers(ROOT, reader_notebooks(ROOT)):
-            print(f"wrote {name}")
+        readers = reader_notebooks(ROOT)
     except ReaderError as error:
         print(error, file=sys.stderr)
         return 2
-    return 0
-
+    return sync(ROOT, readers, committed_readers(ROOT, readers), args.check,
+                "reader notebooks", "python -m scripts.build.readers")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,15 +1,7 @@
-"""Checks of the book's sources that need no Quarto.
-
-Quarto cannot run on every machine that builds this book, so what can be checked without it
-is checked here, from the files themselves: `_quarto.yml` lists every chapter and each listed
-file exists; every `@fig-`/`@tbl-`/`@eq-`/`@sec-` reference has its label; every citation has
-its entry in the bibliography; every diagram is a `{mermaid}` block; every figure has a label
-and a caption; the Binder environment pins what the pip requirements pin; the Binder and Colab
-links point at the book's repository; and a notebook that imports the package can install it.
+"""Checks of the book's sources that need no Quarto: run `python -m scripts.checks.book_checks`.
 
 Each `check_*` function takes the book's root folder and returns the problems it found, one
-sentence each, naming the file; an empty list means the check passes. Run
-`python -m scripts.checks.book_checks` to print them all.
+sentence each, naming the file; an empty list means the check passes.
 """
 
 from __future__ import annotations
@@ -49,9 +41,8 @@ IMPORTS_AGENTBOOK = re.compile(r"^\s*(?:from\s+agentbook[\s.]|import\s+agentbook
 CONDA_PIN = re.compile(r"^([A-Za-z0-9_.\-]+)\s*(?:==?|\s)\s*([^\s=<>!,*]+)$")
 PIP_PIN = re.compile(r"^([A-Za-z0-9_.\-]+)\s*==\s*([^\s;#]+)")
 
-# The first code cell of a notebook that imports the package. On Colab the package is missing
-# and this installs it, from the release tag that matches the notebook (see release_tag);
-# everywhere else it prints nothing, so nbval sees no new output.
+# The first code cell of a notebook that imports the package: on Colab it installs the release
+# the notebook belongs to (see release_tag); elsewhere it prints nothing, as nbval expects.
 INSTALL_CELL = """\
 # On Colab the book's package is not installed yet: install the release
 # this notebook belongs to. Everywhere else this cell does nothing.
@@ -63,9 +54,6 @@ RELEASE = "git+{repo_url}@{tag}"
 if importlib.util.find_spec("agentbook") is None:
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
                     f"agentbook @ {{RELEASE}}"], check=True)"""
-
-
-# --------------------------------------------------------------------------- reading the book
 
 
 def load_config(root: Path) -> dict[str, Any]:
@@ -230,9 +218,6 @@ def references(text: str) -> Iterator[str]:
 
 def is_crossref(key: str) -> bool:
     return key.split("-", 1)[0] in CROSSREF_KINDS and "-" in key
-
-
-# --------------------------------------------------------------------------- the checks
 
 
 def check_listed_files(root: Path) -> list[str]:

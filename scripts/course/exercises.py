@@ -25,7 +25,9 @@ from pathlib import Path
 
 import nbformat
 
-from scripts.build.generated import diff, read_files, write
+from scripts.build.generated import diff as diff  # the student files' diff and write, too
+from scripts.build.generated import read_files, sync
+from scripts.build.generated import write as write
 from scripts.build.regenerate import KERNELSPEC
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -176,23 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     except ExercisesError as error:
         print(error, file=sys.stderr)
         return 2
-    committed = committed_files(root, wanted)
-    if args.check:
-        stale = diff(committed, wanted)
-        if stale:
-            print("The committed student exercises are stale; run `python -m "
-                  "scripts.course.exercises` and commit the result.\n", file=sys.stderr)
-            print(stale, file=sys.stderr)
-            return 1
-        print("student exercises are up to date; every solution passes its tests")
-        return 0
-    changed = write(root, wanted, committed)
-    for relative in changed:
-        print(f"wrote {relative}" if relative in wanted else f"removed {relative}")
-    if not changed:
-        print("student exercises were already up to date")
-    return 0
-
+    return sync(root, wanted, committed_files(root, wanted), args.check,
+                "student exercises", "python -m scripts.course.exercises")
 
 if __name__ == "__main__":
     sys.exit(main())
