@@ -1,15 +1,12 @@
 """Build the agentbook package from the chapters' `# @save` cells.
 
-A chapter marks a code cell for the package by making `# @save` its first line. This tool
-collects those cells, one notebook at a time, into `agentbook/<name>.py`: imports merged at the
-top, then `__all__`, then each cell's code under a comment naming the cell it came from.
-
-    python -m scripts.build.save            write the package
+    python -m scripts.build.save            write agentbook/<module>.py, one per chapter
     python -m scripts.build.save --check    exit 1 with a diff when the committed package is stale
 
-A saved cell may hold only imports, definitions and constants, so importing the package never
-does anything else. A cell that breaks this rule, does not parse, or saves a name some other
-saved cell already took stops the build with a SaveError naming the notebook and the cell.
+A saved cell (first line `# @save`) may hold only imports, definitions and constants, so that
+importing the package does nothing else; its imports are merged at the module's top, and its
+code follows under a comment naming the cell. A cell that breaks this rule, does not parse, or
+saves a name already saved stops the build with a SaveError naming the notebook and the cell.
 """
 
 from __future__ import annotations
@@ -99,10 +96,8 @@ class Imports:
         sections = []
         if self.future:
             sections.append(_from_import("__future__", self.future))
-        lines = [
-            _from_import(target, names) if kind == "from" else f"import {target}"
-            for (kind, target), names in self.others.items()
-        ]
+        lines = [_from_import(target, names) if kind == "from" else f"import {target}"
+                 for (kind, target), names in self.others.items()]
         if lines:
             sections.append("\n".join(lines))
         return sections
@@ -117,10 +112,6 @@ def _from_import(module: str, names: list[str]) -> str:
     if len(line) <= LINE_LENGTH:
         return line
     return "\n".join([f"from {module} import (", *(f"    {name}," for name in names), ")"])
-
-
-# ---------------------------------------------------------------------------------------------
-# Reading notebooks
 
 
 def find_notebooks(root: Path) -> list[Path]:
@@ -145,17 +136,11 @@ def saved_cells(notebook: Path, root: Path) -> Iterator[SavedCell]:
         if cell.source.split("\n", 1)[0].rstrip() != MARKER:
             continue
         cell_id = cell.get("id")
-        if not cell_id:
-            # Provenance comments name cells by id, so a cell without one cannot be traced back.
-            raise SaveError(
-                f"{where} (code cell {position}): the cell has no id; "
-                "save the notebook in nbformat 4.5 or later"
-            )
+        if not cell_id:  # the module's comments name cells by id
+            raise SaveError(f"{where} (code cell {position}): the cell has no id; "
+                            "save the notebook in nbformat 4.5 or later")
         yield SavedCell(where, str(cell_id), position, cell.source)
 
-
-# ---------------------------------------------------------------------------------------------
-# Checking and splitting one saved cell
 
 _STATEMENT_KINDS: dict[type[ast.stmt], str] = {
     ast.AugAssign: "an augmented assignment",
@@ -189,10 +174,8 @@ def parse_cell(cell: SavedCell) -> ParsedCell:
     for stmt in tree.body:
         kind = _disallowed_kind(stmt)
         if kind is not None:
-            raise cell.error(
-                f"line {stmt.lineno}: {kind} cannot be saved; "
-                "a saved cell may hold only imports, definitions and constants"
-            )
+            raise cell.error(f"line {stmt.lineno}: {kind} cannot be saved; "
+                             "a saved cell may hold only imports, definitions and constants")
     imports = [stmt for stmt in tree.body if isinstance(stmt, Import)]
     return ParsedCell(cell, imports, _defined_names(tree), _body_without_imports(cell, tree))
 
@@ -253,22 +236,16 @@ def _defined_names(tree: ast.Module) -> list[tuple[str, int]]:
 
 
 def _is_overload(func: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    return any(
-        (isinstance(d, ast.Name) and d.id == "overload")
-        or (isinstance(d, ast.Attribute) and d.attr == "overload")
-        for d in func.decorator_list
-    )
+    return any(isinstance(d, ast.Name) and d.id == "overload"
+               or isinstance(d, ast.Attribute) and d.attr == "overload"
+               for d in func.decorator_list)
 
 
 def _body_without_imports(cell: SavedCell, tree: ast.Module) -> str:
     """The cell's text minus the marker line and the imports, which move to the module's top."""
     lines = re.split(r"\r\n|\r|\n", cell.source)  # the same line breaks the parser counts
-    import_lines = {
-        index
-        for stmt in tree.body
-        if isinstance(stmt, Import)
-        for index in range(stmt.lineno - 1, stmt.end_lineno or stmt.lineno)
-    }
+    import_lines = {index for stmt in tree.body if isinstance(stmt, Import)
+                    for index in range(stmt.lineno - 1, stmt.end_lineno or stmt.lineno)}
     for stmt in tree.body:
         shares_a_line = {stmt.lineno - 1, (stmt.end_lineno or stmt.lineno) - 1} & import_lines
         if not isinstance(stmt, Import) and shares_a_line:
@@ -280,10 +257,6 @@ def _body_without_imports(cell: SavedCell, tree: ast.Module) -> str:
     while kept and not kept[-1].strip():
         kept.pop()
     return "\n".join(kept)
-
-
-# ---------------------------------------------------------------------------------------------
-# Assembling modules
 
 
 def build_modules(root: Path) -> dict[Path, str]:
@@ -298,10 +271,8 @@ def build_modules(root: Path) -> dict[Path, str]:
             continue  # a notebook that saves nothing has no module
         path = _module_path(notebook, where)
         if path in written_by:
-            raise SaveError(
-                f"{where}: {written_by[path]} already saves into {path.as_posix()}; "
-                "rename one of the notebooks"
-            )
+            raise SaveError(f"{where}: {written_by[path]} already saves into {path.as_posix()}; "
+                            "rename one of the notebooks")
         written_by[path] = where
         modules[path] = text
     return modules
@@ -315,17 +286,13 @@ def _module_path(notebook: Path, where: str) -> Path:
 
 
 def build_module(notebook: Path, root: Path, saved_names: dict[str, str]) -> str | None:
-    """The module text for one notebook, or None when it has no saved cell.
-
-    `saved_names` carries the names saved by earlier notebooks and gains this one's, so a name
-    can be saved only once in the whole package.
-    """
+    """The module text for one notebook, or None when it has no saved cell; `saved_names`
+    (name -> cell, across notebooks) gains this one's, so that a name is saved only once."""
     imports = Imports()
     public: list[str] = []
     blocks: list[str] = []
-    found_any = False
-    for cell in saved_cells(notebook, root):
-        found_any = True
+    cells = list(saved_cells(notebook, root))
+    for cell in cells:
         parsed = parse_cell(cell)
         for stmt in parsed.imports:
             imports.add(stmt)
@@ -335,7 +302,7 @@ def build_module(notebook: Path, root: Path, saved_names: dict[str, str]) -> str
                 public.append(name)
         if parsed.body:
             blocks.append(f"# From {cell.origin}\n{parsed.body}")
-    if not found_any:
+    if not cells:
         return None
     return render_module(notebook.relative_to(root).as_posix(), imports, public, blocks)
 
@@ -348,13 +315,9 @@ def _claim_name(name: str, line: int, cell: SavedCell, saved_names: dict[str, st
 
 def render_module(notebook: str, imports: Imports, public: list[str], blocks: list[str]) -> str:
     """Lay a module out: header, imports, `__all__`, then each saved block with its origin."""
-    header = "\n".join(
-        [
-            f"{GENERATED_PREFIX}{notebook}. Do not edit:",
-            '# change the notebook\'s "# @save" cells and run `python -m scripts.build.save`.',
-            f'"""Code saved from the chapter notebook {notebook}."""',
-        ]
-    )
+    header = (f"{GENERATED_PREFIX}{notebook}. Do not edit:\n"
+              '# change the notebook\'s "# @save" cells and run `python -m scripts.build.save`.\n'
+              f'"""Code saved from the chapter notebook {notebook}."""')
     top = "\n\n".join([header, *imports.sections(), _render_all(public)])
     return top + "".join(f"\n\n\n{block}" for block in blocks) + "\n"
 
@@ -366,10 +329,6 @@ def _render_all(public: list[str]) -> str:
     if len(one_line) <= LINE_LENGTH:
         return one_line
     return "\n".join(["__all__ = [", *(f'    "{name}",' for name in public), "]"])
-
-
-# ---------------------------------------------------------------------------------------------
-# Comparing with and writing to disk
 
 
 def generated_files(root: Path) -> list[Path]:
@@ -399,10 +358,6 @@ def write_modules(root: Path, modules: dict[Path, str]) -> list[str]:
     committed, wanted = _committed_and_wanted(root, modules)
     return [f"wrote {name}" if name in wanted else f"removed {name} ({GONE})"
             for name in write(root, wanted, committed)]
-
-
-# ---------------------------------------------------------------------------------------------
-# Command line
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,11 +3,9 @@
     python -m scripts.checks.bench_grading                 200 submissions, one worker per core
     python -m scripts.checks.bench_grading --count 40 --workers 2
 
-The class is made from the fixture submissions (tests/fixtures/submissions/), copied in
-turn until there are ``--count`` of them: a mix of correct, unanswered and wrong answers to
-every autograded question. The autograder zip is built first, with ``otter assign``, and
-that build is timed apart from the grading. Grading is the process pool that
-``python -m scripts.course.grading class`` uses where Docker is not available.
+The class is the fixture submissions (tests/fixtures/submissions/) copied in turn; the
+autograder zip's build is timed apart from the grading, which uses the process pool of
+``python -m scripts.course.grading class`` without Docker.
 """
 
 from __future__ import annotations

@@ -30,7 +30,6 @@ CHROMIUM_FLAGS = ("--no-sandbox", "--disable-gpu", "--disable-quic",
 WIDTHS = (1280, 390)  # a laptop's window and a phone's screen, in CSS pixels
 PAGE_TIMEOUT = 60.0  # seconds for one page to load and its diagrams to draw
 
-# Runs inside each page. Waits until every Mermaid block has become an SVG, then measures.
 MEASURE_JS = (Path(__file__).with_name("measure_pages.js")).read_text(encoding="utf-8")
 
 
@@ -83,12 +82,20 @@ def chromium_browser() -> Iterator[Any]:
         browser.close()
 
 
+def open_page(page: Any, url: str) -> None:
+    """Load a book page and wait until Quarto has drawn every diagram and loaded the fonts."""
+    page.goto(url, wait_until="load", timeout=PAGE_TIMEOUT * 1000)
+    page.wait_for_function("() => !document.querySelector('pre.mermaid-js')",
+                           timeout=PAGE_TIMEOUT * 1000)
+    page.evaluate("() => document.fonts.ready.then(() => true)")
+
+
 def measure_page(browser: Any, url: str, width: int, height: int,
                  screenshot: Path | None) -> dict[str, Any]:
     """Open one page at a window size, run the measuring script, optionally screenshot it."""
     page = browser.new_page(viewport={"width": width, "height": height})
     try:
-        page.goto(url, wait_until="load", timeout=PAGE_TIMEOUT * 1000)
+        open_page(page, url)
         measured: dict[str, Any] = page.evaluate(MEASURE_JS)
         if screenshot is not None:
             page.screenshot(path=screenshot, full_page=True)
