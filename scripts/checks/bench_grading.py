@@ -28,6 +28,7 @@ from scripts.course.grading import (
     choose_assignment,
     grade_in_pool,
     question_points,
+    show_progress,
     write_scores,
 )
 
@@ -64,9 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         built = time.perf_counter() - started
         print(f"otter assign (autograder zip): {built:.1f} s")
         started = time.perf_counter()
-        scores = grade_in_pool(submissions, autograder, args.workers,
-                               show=lambda line: print(line, end="", file=sys.stderr,
-                                                       flush=True))
+        scores = grade_in_pool(submissions, autograder, args.workers, show_progress)
         elapsed = time.perf_counter() - started
         print(file=sys.stderr)
         if args.csv:

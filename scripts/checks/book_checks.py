@@ -127,28 +127,22 @@ class Text:
     text: str
 
 
-def book_markdown(root: Path) -> Iterator[Text]:
-    """The markdown of every listed file that exists: whole .qmd/.md files, markdown cells."""
-    for name in listed_files(load_config(root)):
-        path = root / name
-        if not path.is_file():
-            continue
-        if path.suffix == ".ipynb":
-            for number, cell in enumerate(read_cells(path), start=1):
-                if cell.get("cell_type") == "markdown":
-                    yield Text(f"{name}, cell {cell.get('id', number)}", cell_source(cell))
-        else:
-            yield Text(name, path.read_text(encoding="utf-8"))
-
-
-def book_code_cells(root: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Every code cell of every listed notebook that exists, with where it came from."""
+def book_cells(root: Path, kind: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every cell of a kind ("markdown", "code") of every listed file that exists, with where
+    it came from; a .qmd or .md file is one markdown cell."""
     for name in listed_files(load_config(root)):
         path = root / name
         if path.suffix == ".ipynb" and path.is_file():
             for number, cell in enumerate(read_cells(path), start=1):
-                if cell.get("cell_type") == "code":
+                if cell.get("cell_type") == kind:
                     yield f"{name}, cell {cell.get('id', number)}", cell
+        elif path.is_file() and kind == "markdown":
+            yield name, {"source": path.read_text(encoding="utf-8")}
+
+
+def book_markdown(root: Path) -> Iterator[Text]:
+    """The markdown of every listed file that exists: whole .qmd/.md files, markdown cells."""
+    return (Text(where, cell_source(cell)) for where, cell in book_cells(root, "markdown"))
 
 
 @dataclass(frozen=True)
@@ -254,7 +248,7 @@ def labels(root: Path) -> dict[str, list[str]]:
         for name in names:
             if name:
                 found.setdefault(name, []).append(piece.where)
-    for where, cell in book_code_cells(root):
+    for where, cell in book_cells(root, "code"):
         label = cell_options(cell_source(cell).splitlines(), "#|").get("label")
         if label:
             found.setdefault(str(label), []).append(where)
@@ -341,7 +335,7 @@ def check_figures(root: Path) -> list[str]:
         if label.startswith("tbl-") and not options.get("tbl-cap"):
             problems.append(f"{where}: table {label} needs a tbl-cap")
 
-    for where, cell in book_code_cells(root):
+    for where, cell in book_cells(root, "code"):
         outputs = cell.get("outputs") or []
         has_image = any(key.startswith("image/") for output in outputs
                         for key in (output.get("data") or {}))

@@ -29,6 +29,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from unittest.mock import patch
 
 import nbformat
 
@@ -238,19 +239,6 @@ def docker_available() -> bool:
         [docker, "info"], capture_output=True).returncode == 0
 
 
-@contextmanager
-def grading_environment() -> Iterator[None]:
-    """Grade with Agg figures (nothing is shown), then restore the environment: otter
-    prepends to PATH on every call, which a long-lived worker must not accumulate."""
-    saved = dict(os.environ)
-    os.environ["MPLBACKEND"] = "agg"
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-
-
 @dataclass(frozen=True)
 class Graded:
     """One submission's grading: a score per question it could be graded on, and what
@@ -281,11 +269,8 @@ def cell_time_limit(seconds: float) -> Iterator[None]:
             # run) get more: stopping them would cost every question, not one.
             return max(1, round(seconds)) * (5 if "from otter" in cell.source else 1)
 
-    preprocessors.ExecutePreprocessor = TimedPreprocessor
-    try:
+    with patch.object(preprocessors, "ExecutePreprocessor", TimedPreprocessor):
         yield
-    finally:
-        preprocessors.ExecutePreprocessor = original
 
 
 CHECK_CALL = re.compile(r"""grader\.check\(["'](\w+)["']""")
@@ -324,7 +309,9 @@ def grade_one(submission: Path, autograder: Path, timeout: float = 300) -> Grade
     except Exception as error:  # nbformat and zipfile raise many kinds for a bad file
         return Graded({}, f"unreadable: {type(error).__name__}: {error}"[:200])
     try:
-        with grading_environment(), cell_time_limit(timeout):
+        # Figures drawn with Agg, as nothing is shown; patch.dict restores the environment
+        # afterward, as otter prepends to PATH on every call.
+        with patch.dict(os.environ, MPLBACKEND="agg"), cell_time_limit(timeout):
             results = grade_submission(str(submission), str(autograder), quiet=True)
     except Exception as error:  # otter reports a broken submission by raising anything
         return Graded({}, f"not graded: {type(error).__name__}: {error}"[:200])
@@ -351,6 +338,10 @@ def start_worker() -> None:
 def progress_bar(done: int, total: int, width: int = 30) -> str:
     filled = width * done // total if total else width
     return f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} graded"
+
+
+def show_progress(line: str) -> None:
+    print(line, end="", file=sys.stderr, flush=True)
 
 
 def grade_in_pool(submissions: list[Path], autograder: Path, workers: int,
@@ -555,10 +546,8 @@ def class_command(args: argparse.Namespace) -> int:
             graded = grade_in_containers(submissions, autograder, args.workers, source.stem,
                                          args.timeout)
         else:
-            graded = grade_in_pool(submissions, autograder, args.workers,
-                                   show=lambda line: print(line, end="", file=sys.stderr,
-                                                           flush=True),
-                                   timeout=args.timeout)
+            graded = grade_in_pool(submissions, autograder, args.workers, show_progress,
+                                   args.timeout)
             print(file=sys.stderr)
     out = args.output
     (out / "feedback").mkdir(parents=True, exist_ok=True)
