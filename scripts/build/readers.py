@@ -1,14 +1,12 @@
 """Reader notebooks: every chapter without Quarto's markup, for JupyterLab, Binder and Colab.
 
-For each notebook chapter and appendix that `_quarto.yml` lists, this writes a notebook of
-the same name in `notebooks/` whose markdown pandoc (the pinned pypandoc-binary) has
-converted: callouts become blockquotes, diagrams plain ```mermaid fences, references the
-book's numbers ("Figure 1.3") and citations author-date text with the works cited at the
-end, by citeproc (pandoc's default style, as the book's), as `filters/reader-*.lua` say.
-Code cells are the chapter's own, byte for byte, less their `#|` option lines.
-
     python -m scripts.build.readers           write notebooks/
     python -m scripts.build.readers --check   exit 1 with a diff when one is stale
+
+Each listed notebook gets a namesake in `notebooks/`: its code cells byte for byte less their
+`#|` lines, its markdown converted by pandoc (pypandoc-binary) and `filters/reader-*.lua`:
+callouts as blockquotes, plain ```mermaid fences, the book's numbers for references, and
+author-date citations with the works cited at the end.
 """
 
 from __future__ import annotations
@@ -31,14 +29,15 @@ import pypandoc
 from scripts.build.generated import read_files, stale, sync, write
 from scripts.checks.book_checks import (
     CODE_SPAN,
-    FENCE,
     bibliography_keys,
     cell_source,
+    is_mermaid,
     listed_files,
     load_config,
     read_cells,
     references,
     repository,
+    split_fences,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,8 +81,7 @@ def title_is_numbered(path: Path) -> bool:
     """Whether a file's title, its first level-1 heading, is numbered (no `.unnumbered`)."""
     texts = ([cell_source(cell) for cell in read_cells(path) if cell["cell_type"] == "markdown"]
              if path.suffix == ".ipynb" else [path.read_text(encoding="utf-8")])
-    prose = re.sub(r"^(`{3,}|~{3,}).*?^\1", "", "\n".join(texts), flags=re.M | re.S)
-    title = re.search(r"^# .*$", prose, re.MULTILINE)
+    title = re.search(r"^# .*$", split_fences("\n".join(texts))[0], re.MULTILINE)
     return not (title and re.search(r"\{[^{}]*(\.unnumbered|(?<![\w-])-(?![\w-]))", title[0]))
 
 
@@ -206,12 +204,11 @@ def reader_notebooks(root: Path) -> dict[str, str]:
 
 def leftover_markup(text: str) -> list[str]:
     """What Quarto markup is left in a piece of markdown, outside code."""
-    prose = re.sub(r"^(`{3,}|~{3,}).*?^\1", " ", text, flags=re.M | re.S)
+    prose, fences = split_fences(text)
     prose = MATH.sub(" ", CODE_SPAN.sub(" ", prose))
     found = [f"@{key}" for key in references(text)]
     found += [name for name, pattern in LEFTOVER_MARKUP.items() if pattern.search(prose)]
-    return found + ["a {mermaid} block" for line in text.split("\n")
-                    if (fence := FENCE.match(line)) and fence.group(2) == "{mermaid}"]
+    return found + ["a {mermaid} block" for fence in fences if is_mermaid(fence)]
 
 
 def check_converted(name: str, notebook: dict[str, Any]) -> None:
