@@ -21,6 +21,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -142,10 +143,6 @@ def mark_page(page: str, cells: list[dict[str, object]]) -> str:
 CHECK = re.compile(r'^grader\.check\("([\w-]+)"\)\s*$')
 
 
-def prompt_text(markdown: str) -> str:
-    return re.sub(r"<!--.*?-->", "", markdown, flags=re.DOTALL).strip()
-
-
 def exercise_steps(notebook: Path) -> list[dict[str, str]]:
     """The exercise notebook as the page runs it, in order: set-up code, questions (otter's
     answer cells) and their `grader.check` cells; cells that install or drive otter are left
@@ -156,7 +153,8 @@ def exercise_steps(notebook: Path) -> list[dict[str, str]]:
         source = "".join(cell["source"])
         check = CHECK.match(source)
         if cell["cell_type"] == "markdown":
-            prompt = prompt_text(source) if "**Question" in source else prompt
+            if "**Question" in source:
+                prompt = re.sub(r"<!--.*?-->", "", source, flags=re.DOTALL).strip()
         elif check and question:
             steps.append({"kind": "check", "id": question, "name": check.group(1)})
             question = ""
@@ -169,16 +167,10 @@ def exercise_steps(notebook: Path) -> list[dict[str, str]]:
     return steps
 
 
-def exercises_for(chapter: Path) -> Path | None:
-    """exercises/anatomy-exercises.ipynb for chapters/01_anatomy.ipynb, if it exists."""
-    topic = chapter.stem.split("_", 1)[-1]
-    found = ROOT / "exercises" / f"{topic}-exercises.ipynb"
-    return found if found.is_file() else None
-
-
 def write_exercises(chapter: Path, target: Path) -> None:
-    notebook = exercises_for(chapter)
-    if notebook is None:
+    """The exercises of chapters/01_anatomy.ipynb, if any, from exercises/anatomy-exercises."""
+    notebook = ROOT / "exercises" / f"{chapter.stem.split('_', 1)[-1]}-exercises.ipynb"
+    if not notebook.is_file():
         return
     steps = exercise_steps(notebook)
     tests = {step["name"]: (notebook.parent / "tests" / f"{step['name']}.py")
@@ -206,23 +198,16 @@ def copy_core(target: Path) -> bool:
     return True
 
 
-def package_version() -> str:
-    found = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text("utf-8"),
-                      re.MULTILINE)
-    assert found, "pyproject.toml names no version"
-    return found.group(1)
-
-
-def record_line(name: str, data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"{name},sha256={digest},{len(data)}"
+def digest(data: bytes) -> str:
+    """A wheel RECORD's hash: urlsafe base64 of the SHA-256, without padding."""
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
 def build_wheel(folder: Path) -> Path:
     """A pure-Python wheel of agentbook/ (PEP 427), the same bytes for the same sources,
     written here because Quarto's Python may lack a build backend. It names no dependency:
     only the HTTP adapters, which the page does not run, import httpx."""
-    version = package_version()
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]["version"]
     info = f"agentbook-{version}.dist-info"
     files = {f"agentbook/{path.name}": path.read_bytes()
              for path in sorted((ROOT / "agentbook").glob("*.py"))}
@@ -230,7 +215,8 @@ def build_wheel(folder: Path) -> Path:
                                  f"Version: {version}\nRequires-Python: >=3.11\n").encode()
     files[f"{info}/WHEEL"] = (b"Wheel-Version: 1.0\nGenerator: scripts/build/live_book.py\n"
                               b"Root-Is-Purelib: true\nTag: py3-none-any\n")
-    record = [record_line(name, data) for name, data in files.items()] + [f"{info}/RECORD,,"]
+    record = [f"{name},sha256={digest(data)},{len(data)}" for name, data in files.items()]
+    record.append(f"{info}/RECORD,,")
     files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
     folder.mkdir(parents=True, exist_ok=True)
     wheel = folder / f"agentbook-{version}-py3-none-any.whl"

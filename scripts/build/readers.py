@@ -252,5 +252,6 @@ def main(argv: list[str] | None = None) -> int:
     return sync(ROOT, readers, committed_readers(ROOT, readers), args.check,
                 "reader notebooks", "python -m scripts.build.readers")
 
+
 if __name__ == "__main__":
     sys.exit(main())

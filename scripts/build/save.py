@@ -119,11 +119,6 @@ def find_notebooks(root: Path) -> list[Path]:
     return sorted((root / CHAPTERS_DIR).glob("*.ipynb"))
 
 
-def module_name(notebook: Path) -> str:
-    """The module a notebook saves into: its file name without the ordering prefix."""
-    return ORDER_PREFIX.sub("", notebook.stem, count=1)
-
-
 def saved_cells(notebook: Path, root: Path) -> Iterator[SavedCell]:
     """The notebook's code cells whose first line is the marker, in notebook order."""
     where = notebook.relative_to(root).as_posix()
@@ -170,17 +165,6 @@ _TARGET_KINDS: dict[type[ast.expr], str] = {
 
 def parse_cell(cell: SavedCell) -> ParsedCell:
     """Check that a saved cell holds only what a module may, and take it apart."""
-    tree = _parse(cell)
-    for stmt in tree.body:
-        kind = _disallowed_kind(stmt)
-        if kind is not None:
-            raise cell.error(f"line {stmt.lineno}: {kind} cannot be saved; "
-                             "a saved cell may hold only imports, definitions and constants")
-    imports = [stmt for stmt in tree.body if isinstance(stmt, Import)]
-    return ParsedCell(cell, imports, _defined_names(tree), _body_without_imports(cell, tree))
-
-
-def _parse(cell: SavedCell) -> ast.Module:
     try:
         tree = ast.parse(cell.source, filename=cell.notebook)
         # The parser lets some errors through (a `return` outside a function, a misplaced
@@ -188,7 +172,13 @@ def _parse(cell: SavedCell) -> ast.Module:
         compile(tree, cell.notebook, "exec", dont_inherit=True)
     except SyntaxError as err:
         raise cell.error(f"syntax error on line {err.lineno}: {err.msg}") from err
-    return tree
+    for stmt in tree.body:
+        kind = _disallowed_kind(stmt)
+        if kind is not None:
+            raise cell.error(f"line {stmt.lineno}: {kind} cannot be saved; "
+                             "a saved cell may hold only imports, definitions and constants")
+    imports = [stmt for stmt in tree.body if isinstance(stmt, Import)]
+    return ParsedCell(cell, imports, _defined_names(tree), _body_without_imports(cell, tree))
 
 
 def _disallowed_kind(stmt: ast.stmt) -> str | None:
@@ -252,11 +242,8 @@ def _body_without_imports(cell: SavedCell, tree: ast.Module) -> str:
             # Lines are removed whole, so code after `import x;` would vanish with the import.
             raise cell.error(f"line {stmt.lineno}: give the import on this line a line of its own")
     kept = [line for index, line in enumerate(lines) if index > 0 and index not in import_lines]
-    while kept and not kept[0].strip():
-        kept.pop(0)
-    while kept and not kept[-1].strip():
-        kept.pop()
-    return "\n".join(kept)
+    content = [index for index, line in enumerate(kept) if line.strip()]
+    return "\n".join(kept[content[0]:content[-1] + 1]) if content else ""
 
 
 def build_modules(root: Path) -> dict[Path, str]:
@@ -269,20 +256,16 @@ def build_modules(root: Path) -> dict[Path, str]:
         text = build_module(notebook, root, saved_names)
         if text is None:
             continue  # a notebook that saves nothing has no module
-        path = _module_path(notebook, where)
+        name = ORDER_PREFIX.sub("", notebook.stem, count=1)
+        if not name.isidentifier() or keyword.iskeyword(name) or name == "__init__":
+            raise SaveError(f"{where}: {name!r} is not a usable module name; rename the notebook")
+        path = Path(PACKAGE_DIR) / f"{name}.py"
         if path in written_by:
             raise SaveError(f"{where}: {written_by[path]} already saves into {path.as_posix()}; "
                             "rename one of the notebooks")
         written_by[path] = where
         modules[path] = text
     return modules
-
-
-def _module_path(notebook: Path, where: str) -> Path:
-    name = module_name(notebook)
-    if not name.isidentifier() or keyword.iskeyword(name) or name == "__init__":
-        raise SaveError(f"{where}: {name!r} is not a usable module name; rename the notebook")
-    return Path(PACKAGE_DIR) / f"{name}.py"
 
 
 def build_module(notebook: Path, root: Path, saved_names: dict[str, str]) -> str | None:
@@ -297,7 +280,9 @@ def build_module(notebook: Path, root: Path, saved_names: dict[str, str]) -> str
         for stmt in parsed.imports:
             imports.add(stmt)
         for name, line in parsed.names:
-            _claim_name(name, line, cell, saved_names)
+            if name in saved_names:
+                raise cell.error(f"line {line}: {name!r} is already saved in {saved_names[name]}")
+            saved_names[name] = cell.origin
             if not name.startswith("_"):
                 public.append(name)
         if parsed.body:
@@ -305,12 +290,6 @@ def build_module(notebook: Path, root: Path, saved_names: dict[str, str]) -> str
     if not cells:
         return None
     return render_module(notebook.relative_to(root).as_posix(), imports, public, blocks)
-
-
-def _claim_name(name: str, line: int, cell: SavedCell, saved_names: dict[str, str]) -> None:
-    if name in saved_names:
-        raise cell.error(f"line {line}: {name!r} is already saved in {saved_names[name]}")
-    saved_names[name] = cell.origin
 
 
 def render_module(notebook: str, imports: Imports, public: list[str], blocks: list[str]) -> str:

@@ -181,5 +181,6 @@ def main(argv: list[str] | None = None) -> int:
     return sync(root, wanted, committed_files(root, wanted), args.check,
                 "student exercises", "python -m scripts.course.exercises")
 
+
 if __name__ == "__main__":
     sys.exit(main())
