@@ -335,17 +335,15 @@ def start_worker() -> None:
     import otter.api  # noqa: F401
 
 
-def progress_bar(done: int, total: int, width: int = 30) -> str:
-    filled = width * done // total if total else width
-    return f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} graded"
-
-
-def show_progress(line: str) -> None:
-    print(line, end="", file=sys.stderr, flush=True)
+def show_progress(done: int, total: int, width: int = 30) -> None:
+    """A progress bar on stderr, redrawn in place."""
+    filled = width * done // total
+    print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} graded", end="",
+          file=sys.stderr, flush=True)
 
 
 def grade_in_pool(submissions: list[Path], autograder: Path, workers: int,
-                  show: Callable[[str], None] | None = None,
+                  show: Callable[[int, int], None] | None = None,
                   timeout: float = 300) -> dict[str, Graded]:
     """Grade submissions in parallel worker processes, one at a time each; by file stem."""
     graded: dict[str, Graded] = {}
@@ -359,7 +357,7 @@ def grade_in_pool(submissions: list[Path], autograder: Path, workers: int,
         for done, future in enumerate(as_completed(futures), 1):
             graded[futures[future].stem] = future.result()
             if show is not None:
-                show(progress_bar(done, len(submissions)))
+                show(done, len(submissions))
     return {name: graded[name] for name in sorted(graded)}
 
 
