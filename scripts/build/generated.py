@@ -54,11 +54,8 @@ def write(root: Path, wanted: dict[str, str], committed: dict[str, str]) -> list
 
 def sync(root: Path, wanted: dict[str, str], committed: dict[str, str], check: bool,
          what: str, command: str) -> int:
-    """The `--check` or write step of a generating command; its exit status.
-
-    Checking prints a diff and returns 1 when the tree is stale; writing names each file
-    written or removed.
-    """
+    """A generating command's last step: check (a diff and status 1 when the tree is stale)
+    or write (naming each file written or removed); returns the exit status."""
     if check:
         report = diff(committed, wanted)
         if report:

@@ -23,11 +23,8 @@ SKIP_TAG = "skip-execution"
 
 
 def normalize(notebook: nbformat.NotebookNode) -> None:
-    """Drop everything that changes from one machine or run to the next.
-
-    Kept: the kernelspec, cell ids, cell tags, outputs, and execution counts
-    (nbval needs them), renumbered from 1 over the cells that ran.
-    """
+    """Drop what changes between machines and runs; keep the kernelspec, cell ids and tags,
+    outputs, and execution counts (nbval needs them), renumbered from 1 over the cells run."""
     notebook.metadata = nbformat.NotebookNode({"kernelspec": KERNELSPEC})
     count = 0
     for cell in notebook.cells:

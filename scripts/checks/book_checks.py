@@ -119,14 +119,6 @@ def read_cells(path: Path) -> list[dict[str, Any]]:
     return [cell for cell in cells if isinstance(cell, dict)]
 
 
-@dataclass(frozen=True)
-class Text:
-    """A piece of markdown: a .qmd file or one markdown cell, and where it came from."""
-
-    where: str
-    text: str
-
-
 def book_cells(root: Path, kind: str) -> Iterator[tuple[str, dict[str, Any]]]:
     """Every cell of a kind ("markdown", "code") of every listed file that exists, with where
     it came from; a .qmd or .md file is one markdown cell."""
@@ -140,9 +132,10 @@ def book_cells(root: Path, kind: str) -> Iterator[tuple[str, dict[str, Any]]]:
             yield name, {"source": path.read_text(encoding="utf-8")}
 
 
-def book_markdown(root: Path) -> Iterator[Text]:
-    """The markdown of every listed file that exists: whole .qmd/.md files, markdown cells."""
-    return (Text(where, cell_source(cell)) for where, cell in book_cells(root, "markdown"))
+def book_markdown(root: Path) -> Iterator[tuple[str, str]]:
+    """The markdown of every listed file that exists (whole .qmd/.md files, markdown cells),
+    with where it came from."""
+    return ((where, cell_source(cell)) for where, cell in book_cells(root, "markdown"))
 
 
 @dataclass(frozen=True)
@@ -240,14 +233,14 @@ def check_listed_files(root: Path) -> list[str]:
 def labels(root: Path) -> dict[str, list[str]]:
     """Every label in the book and where each is defined (more than once is a problem)."""
     found: dict[str, list[str]] = {}
-    for piece in book_markdown(root):
-        prose, fences = split_fences(piece.text)
+    for where, text in book_markdown(root):
+        prose, fences = split_fences(text)
         names = ATTRIBUTE_LABEL.findall(CODE_SPAN.sub(" ", prose))
         names += [str(cell_options(fence.lines, "%%|").get("label", "")) for fence in fences
                   if is_mermaid(fence)]
         for name in names:
             if name:
-                found.setdefault(name, []).append(piece.where)
+                found.setdefault(name, []).append(where)
     for where, cell in book_cells(root, "code"):
         label = cell_options(cell_source(cell).splitlines(), "#|").get("label")
         if label:
@@ -262,13 +255,13 @@ def check_crossrefs(root: Path) -> list[str]:
     problems = [f"label {name} is defined more than once: {'; '.join(places)}"
                 for name, places in sorted(defined.items()) if len(places) > 1]
     referenced: set[str] = set()
-    for piece in book_markdown(root):
-        for key in references(piece.text):
+    for where, text in book_markdown(root):
+        for key in references(text):
             if not is_crossref(key):
                 continue
             referenced.add(key)
             if key not in defined:
-                problems.append(f"{piece.where}: @{key} refers to a label the book does not have")
+                problems.append(f"{where}: @{key} refers to a label the book does not have")
     for name, places in sorted(defined.items()):
         if name.startswith(("fig-", "eq-")) and name not in referenced:
             problems.append(f"{places[0]}: {name} is never referred to as @{name}")
@@ -292,13 +285,13 @@ def check_citations(root: Path) -> list[str]:
     bib_name, keys = bibliography_keys(root)
     problems = []
     cited: set[str] = set()
-    for piece in book_markdown(root):
-        for key in references(piece.text):
+    for where, text in book_markdown(root):
+        for key in references(text):
             if is_crossref(key):
                 continue
             cited.add(key)
             if key not in keys:
-                problems.append(f"{piece.where}: @{key} is cited but {bib_name} has no entry")
+                problems.append(f"{where}: @{key} is cited but {bib_name} has no entry")
     for key in sorted(keys - cited):
         problems.append(f"{bib_name}: {key} is never cited, so the references page omits it")
     return problems
@@ -307,14 +300,14 @@ def check_citations(root: Path) -> list[str]:
 def check_diagrams(root: Path) -> list[str]:
     """Every diagram is a ```{mermaid} block: no bare ```mermaid fence, no mermaid <div>."""
     problems = []
-    for piece in book_markdown(root):
-        prose, fences = split_fences(piece.text)
+    for where, text in book_markdown(root):
+        prose, fences = split_fences(text)
         for fence in fences:
             if "mermaid" in fence.info and not is_mermaid(fence):
-                problems.append(f"{piece.where}: a diagram fenced as ```{fence.info} "
+                problems.append(f"{where}: a diagram fenced as ```{fence.info} "
                                 "must be ```{mermaid}")
         if MERMAID_DIV.search(CODE_SPAN.sub(" ", prose)):
-            problems.append(f'{piece.where}: a <div class="mermaid"> must be a '
+            problems.append(f'{where}: a <div class="mermaid"> must be a '
                             "```{mermaid} block")
     return problems
 
@@ -340,10 +333,10 @@ def check_figures(root: Path) -> list[str]:
         has_image = any(key.startswith("image/") for output in outputs
                         for key in (output.get("data") or {}))
         caption_problems(where, cell_options(cell_source(cell).splitlines(), "#|"), has_image)
-    for piece in book_markdown(root):
-        for fence in split_fences(piece.text)[1]:
+    for where, text in book_markdown(root):
+        for fence in split_fences(text)[1]:
             if is_mermaid(fence):
-                caption_problems(piece.where, cell_options(fence.lines, "%%|"), True)
+                caption_problems(where, cell_options(fence.lines, "%%|"), True)
     return problems
 
 

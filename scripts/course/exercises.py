@@ -49,11 +49,8 @@ def source_notebooks(root: Path) -> list[Path]:
 
 
 def run_otter_assign(source: Path, output: Path, check_solutions: bool = True) -> None:
-    """Run ``otter assign`` on one source notebook into ``output``, its scratch files too.
-
-    ``check_solutions=False`` (``--no-run-tests``) skips grading the solutions against every
-    test, for a caller that grades them itself (the test suite does).
-    """
+    """Run ``otter assign`` on one source notebook into ``output``, its scratch files too;
+    ``check_solutions=False`` skips grading the solutions, for a caller that grades them."""
     scratch = output / "scratch"
     scratch.mkdir(parents=True)
     command = [sys.executable, "-m", "otter", "assign", str(source), str(output / "dist")]
