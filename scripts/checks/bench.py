@@ -1,17 +1,21 @@
 """Time what the book's speed targets are about; rerun it and quote medians.
 
     python -m scripts.checks.bench chapter|tests|commands|import|loop|live [--runs N]
+    python -m scripts.checks.bench grading [--count 200] [--workers N] [--csv FILE]
 
 Targets (2 cores): set-up under 40 s and the suite under 30 s (commands: fresh clones, empty
 caches); a chapter under 10 s; `import agentbook` within 60 ms of `python -c pass`; run_agent
 within 1.2 times a bare loop; in the page (live, render first), the first output within 5 s,
-"Run all" within 15 s and at most 15 MB downloaded. Shared machines are noisy: it reports
-the median and spread, and for commands the processor time too, which load inflates less.
+"Run all" within 15 s and at most 15 MB downloaded. grading reports submissions a minute for
+a class copied from the fixture submissions, graded as `grading class` grades without Docker.
+Shared machines are noisy: it reports the median and spread, and for commands the processor
+time too, which load inflates less.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import resource
@@ -299,9 +303,45 @@ def bench_live(book: Path, runs: int) -> None:
     report("  of which Python: Pyodide, wheel, runtime", [s[3] for s in samples], "MB", 1e-6)
 
 
+def bench_grading(count: int, workers: int, grades: Path | None) -> None:
+    """Grade a class of `count` submissions, the fixtures copied in turn; the autograder's
+    build is timed apart."""
+    import nbformat
+
+    from scripts.course import grading
+
+    fixtures = sorted((ROOT / grading.FIXTURES_DIR).glob("*.ipynb"))
+    if not fixtures:
+        raise SystemExit(f"no fixture submissions in {grading.FIXTURES_DIR}/")
+    with tempfile.TemporaryDirectory(prefix="agentbook-bench-grading-") as scratch:
+        submissions = [Path(scratch, f"student{number + 1:03d}-{fixture.stem}.ipynb")
+                       for number, fixture in zip(range(count), itertools.cycle(fixtures))]
+        for submission, fixture in zip(submissions, itertools.cycle(fixtures)):
+            shutil.copy(fixture, submission)
+        kinds = Counter(path.stem.split("-")[1] for path in submissions)
+        mix = ", ".join(f"{number} {kind}" for kind, number in sorted(kinds.items()))
+        print(f"class: {count} submissions ({mix}); {workers} workers on {os.cpu_count()} cores")
+        started = time.perf_counter()
+        autograder = grading.build_autograder(ROOT, Path(scratch, "autograder"))
+        print(f"otter assign (autograder zip): {time.perf_counter() - started:.1f} s")
+        started = time.perf_counter()
+        scores = grading.grade_in_pool(submissions, autograder, workers, grading.show_progress)
+        elapsed = time.perf_counter() - started
+        print(file=sys.stderr)
+    if grades:
+        source = grading.choose_assignment(ROOT, None)
+        points = grading.question_points(nbformat.read(source, as_version=4))
+        grading.write_scores(grades, scores, {q: v for q, (v, manual) in points.items()
+                                              if not manual})
+    print(f"graded {len(scores)} submissions in {elapsed:.1f} s: "
+          f"{len(scores) / elapsed * 60:.1f} submissions per minute, "
+          f"{elapsed / len(scores):.2f} s each")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["chapter", "tests", "commands", "import", "loop", "live"])
+    parser.add_argument("what", choices=["chapter", "tests", "commands", "import", "loop", "live",
+                                         "grading"])
     parser.add_argument("--runs", type=int, help="samples to take the median of (default: "
                         "3 for commands, 5 for chapter and tests, 21 for import, 51 for loop)")
     parser.add_argument("--python", default="python3", help="interpreter for the README commands")
@@ -309,11 +349,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="for live: the rendered book to serve")
     parser.add_argument("--installer", choices=["uv", "pip"], default="uv",
                         help="for commands: set up with uv (as dev.py does) or pip alone")
+    parser.add_argument("--count", type=int, default=200, help="for grading: class size")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--csv", type=Path, help="for grading: also keep the grades here")
     args = parser.parse_args(argv)
     default_runs = {"commands": 3, "import": 21, "loop": 51}.get(args.what, 5)
     runs = args.runs if args.runs is not None else default_runs
-    if runs < 1:
-        parser.error("--runs must be at least 1")
+    if min(runs, args.count, args.workers) < 1:
+        parser.error("--runs, --count and --workers must be at least 1")
     benches: dict[str, Callable[[], None]] = {
         "chapter": lambda: bench_chapters(runs),
         "tests": lambda: bench_tests(runs),
@@ -321,6 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         "import": lambda: bench_import(sys.executable, runs),
         "loop": lambda: bench_loop(runs),
         "live": lambda: bench_live(args.book, runs),
+        "grading": lambda: bench_grading(args.count, args.workers, args.csv),
     }
     benches[args.what]()
     return 0
