@@ -83,13 +83,9 @@ class Imports:
                 self.others.setdefault(("import", _alias_text(alias)), [])
             return
         module = "." * stmt.level + (stmt.module or "")
-        if module == "__future__":
-            names = self.future
-        else:
-            names = self.others.setdefault(("from", module), [])
-        for alias in stmt.names:
-            if _alias_text(alias) not in names:
-                names.append(_alias_text(alias))
+        names = self.future if module == "__future__" else self.others.setdefault(
+            ("from", module), [])
+        names += [text for text in map(_alias_text, stmt.names) if text not in names]
 
     def sections(self) -> list[str]:
         """The import block: `__future__` first, as Python requires, then everything else."""
