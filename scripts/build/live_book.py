@@ -2,17 +2,11 @@
 
     python scripts/build/live_book.py [BOOK_DIR]
 
-It puts into BOOK_DIR/live/ everything the page's Python needs, and nothing from another host:
-
-- Pyodide's core (live/pyodide-core.json names the files and their SHA-256) from npm's
-  `pyodide` package, which `npm ci` in live/ installs at the version package-lock.json pins;
-- a wheel of the `agentbook` package, built here from this checkout;
-- the runtime, live/*.js and live/runner.py, which the page loads (live/live.html);
-- for each chapter with exercises, its code questions and their public tests as JSON.
-
-It also marks every code cell of every notebook page with the notebook cell's id
-(`data-cell-id`), and a cell the browser cannot run with `data-live="static"` and the reason.
-It needs only the standard library: Quarto runs it with whichever Python is on PATH.
+Into BOOK_DIR/live/ it puts Pyodide's core (checked against live/pyodide-core.json; `npm ci`
+in live/ installs it), a wheel of agentbook, the runtime (live/*.js, live/runner.py) and each
+chapter's exercises as JSON; it marks each code cell of each page with its notebook cell id,
+and a cell the browser cannot run as static, with the reason. Standard library only: Quarto
+runs it with whichever Python is on PATH.
 """
 
 from __future__ import annotations
@@ -27,6 +21,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -57,8 +52,6 @@ WHEEL_TIME = (1980, 1, 1, 0, 0, 0)  # a fixed date: the same wheel bytes on ever
 # A code cell's div, which Quarto follows with the cell's source block (a diagram's is not).
 CELL_DIV = re.compile(r'<div (?:id="([^"]*)" )?class="cell"(?=[^>]*>\s*<div class="sourceCode)')
 
-
-# --- Which cells run in the page -------------------------------------------------------------
 
 def cell_options(source: str) -> dict[str, str]:
     """The `#| key: value` options at the top of a cell."""
@@ -102,12 +95,9 @@ def bound_and_used(tree: ast.Module) -> tuple[set[str], set[str]]:
 
 
 def classify(cells: list[dict[str, object]]) -> list[str | None]:
-    """For each code cell, None when it runs in the page, else the reason it cannot.
-
-    A cell cannot run when Quarto does not run it either (`#| eval: false`), when it imports
-    what the browser lacks, when it calls one of agentbook's names that load such a library,
-    or when it reads a name that only such a cell defined.
-    """
+    """For each code cell, None when it runs in the page, else why not: Quarto skips it
+    (`#| eval: false`), it imports what the browser lacks, it calls an agentbook name that
+    loads such a library, or it reads a name only such a cell set."""
     reasons: list[str | None] = []
     static_names: dict[str, str] = {}
     for cell in cells:
@@ -156,29 +146,21 @@ def mark_page(page: str, cells: list[dict[str, object]]) -> str:
     return "".join(parts) + page[last:]
 
 
-# --- Exercises ---------------------------------------------------------------------------------
-
 CHECK = re.compile(r'^grader\.check\("([\w-]+)"\)\s*$')
 
 
-def prompt_text(markdown: str) -> str:
-    return re.sub(r"<!--.*?-->", "", markdown, flags=re.DOTALL).strip()
-
-
 def exercise_steps(notebook: Path) -> list[dict[str, str]]:
-    """The exercise notebook as the page runs it, in order: setup code, questions, checks.
-
-    A question is a code cell otter marks as an answer; its check is the `grader.check` cell
-    after it (setup code may come between). Cells that install packages or drive otter are
-    left out: the page runs the public tests itself.
-    """
+    """The exercise notebook as the page runs it, in order: set-up code, questions (otter's
+    answer cells) and their `grader.check` cells; cells that install or drive otter are left
+    out, as the page runs the public tests itself."""
     cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
     steps, prompt, question = [], "", ""
     for cell in cells:
         source = "".join(cell["source"])
         check = CHECK.match(source)
         if cell["cell_type"] == "markdown":
-            prompt = prompt_text(source) if "**Question" in source else prompt
+            if "**Question" in source:
+                prompt = re.sub(r"<!--.*?-->", "", source, flags=re.DOTALL).strip()
         elif check and question:
             steps.append({"kind": "check", "id": question, "name": check.group(1)})
             question = ""
@@ -191,16 +173,10 @@ def exercise_steps(notebook: Path) -> list[dict[str, str]]:
     return steps
 
 
-def exercises_for(chapter: Path) -> Path | None:
-    """exercises/anatomy-exercises.ipynb for chapters/01_anatomy.ipynb, if it exists."""
-    topic = chapter.stem.split("_", 1)[-1]
-    found = ROOT / "exercises" / f"{topic}-exercises.ipynb"
-    return found if found.is_file() else None
-
-
 def write_exercises(chapter: Path, target: Path) -> None:
-    notebook = exercises_for(chapter)
-    if notebook is None:
+    """The exercises of chapters/01_anatomy.ipynb, if any, from exercises/anatomy-exercises."""
+    notebook = ROOT / "exercises" / f"{chapter.stem.split('_', 1)[-1]}-exercises.ipynb"
+    if not notebook.is_file():
         return
     steps = exercise_steps(notebook)
     tests = {step["name"]: (notebook.parent / "tests" / f"{step['name']}.py")
@@ -209,8 +185,6 @@ def write_exercises(chapter: Path, target: Path) -> None:
     target.write_text(json.dumps({"notebook": notebook.name, "steps": steps, "tests": tests},
                                  indent=1), encoding="utf-8")
 
-
-# --- What the page downloads --------------------------------------------------------------------
 
 def copy_core(target: Path) -> bool:
     """Copy Pyodide's core files, each checked against its pinned SHA-256; False where
@@ -230,26 +204,16 @@ def copy_core(target: Path) -> bool:
     return True
 
 
-def package_version() -> str:
-    found = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text("utf-8"),
-                      re.MULTILINE)
-    assert found, "pyproject.toml names no version"
-    return found.group(1)
-
-
-def record_line(name: str, data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"{name},sha256={digest},{len(data)}"
+def digest(data: bytes) -> str:
+    """A wheel RECORD's hash: urlsafe base64 of the SHA-256, without padding."""
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
 def build_wheel(folder: Path) -> Path:
-    """A pure-Python wheel of agentbook/ (PEP 427), the same bytes for the same sources.
-
-    Written here rather than by a build backend, which Quarto's Python may lack and would
-    fetch from a package index; the page unpacks it and needs nothing more. It names no
-    dependency: httpx is imported only by the HTTP adapters, which the page does not run.
-    """
-    version = package_version()
+    """A pure-Python wheel of agentbook/ (PEP 427), the same bytes for the same sources,
+    written here because Quarto's Python may lack a build backend. It names no dependency:
+    only the HTTP adapters, which the page does not run, import httpx."""
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]["version"]
     info = f"agentbook-{version}.dist-info"
     files = {f"agentbook/{path.name}": path.read_bytes()
              for path in sorted((ROOT / "agentbook").glob("*.py"))}
@@ -257,7 +221,8 @@ def build_wheel(folder: Path) -> Path:
                                  f"Version: {version}\nRequires-Python: >=3.11\n").encode()
     files[f"{info}/WHEEL"] = (b"Wheel-Version: 1.0\nGenerator: scripts/build/live_book.py\n"
                               b"Root-Is-Purelib: true\nTag: py3-none-any\n")
-    record = [record_line(name, data) for name, data in files.items()] + [f"{info}/RECORD,,"]
+    record = [f"{name},sha256={digest(data)},{len(data)}" for name, data in files.items()]
+    record.append(f"{info}/RECORD,,")
     files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
     folder.mkdir(parents=True, exist_ok=True)
     wheel = folder / f"agentbook-{version}-py3-none-any.whl"

@@ -13,16 +13,14 @@ import sys
 from pathlib import Path
 
 from scripts.checks.book_checks import listed_files, load_config
-from scripts.checks.measure_pages import PAGE_TIMEOUT, chromium_browser
+from scripts.checks.measure_pages import PAGE_TIMEOUT, chromium_browser, open_page
 
 ROOT = Path(__file__).resolve().parents[2]
 PDF_NAME = "agentbook.pdf"  # the sidebar's download link (`downloads` in _quarto.yml)
 
-# In each page: wait for the diagrams, then return the content with addresses that still
-# hold in another page: images absolute, links to the book's pages as in-document anchors.
-GATHER_JS = """async () => {
-  for (let i = 0; i < 300 && document.querySelector("pre.mermaid-js"); i++)
-    await new Promise((done) => setTimeout(done, 100));
+# A page's content with addresses that still hold in another page: images absolute, links to
+# the book's pages as in-document anchors.
+GATHER_JS = """() => {
   const main = document.querySelector("main");
   for (const image of main.querySelectorAll("img[src]")) image.src = image.src;
   for (const link of main.querySelectorAll("a[href]"))
@@ -49,7 +47,7 @@ def print_book(book: Path, root: Path = ROOT) -> Path:
         tab = browser.new_page(viewport={"width": 1280, "height": 800})
         chapters = []
         for page in pages:
-            tab.goto(f"{base}/{page}", wait_until="load", timeout=PAGE_TIMEOUT * 1000)
+            open_page(tab, f"{base}/{page}")
             chapters.append(tab.evaluate(GATHER_JS))
         tab.goto(f"{base}/{pages[0]}", wait_until="load", timeout=PAGE_TIMEOUT * 1000)
         tab.evaluate(JOIN_JS, chapters)

@@ -1,14 +1,12 @@
 """Reader notebooks: every chapter without Quarto's markup, for JupyterLab, Binder and Colab.
 
-For each notebook chapter and appendix that `_quarto.yml` lists, this writes a notebook of
-the same name in `notebooks/` whose markdown pandoc (the pinned pypandoc-binary) has
-converted: callouts become blockquotes, diagrams plain ```mermaid fences, references the
-book's numbers ("Figure 1.3") and citations author-date text with the works cited at the
-end, by citeproc (pandoc's default style, as the book's), as `filters/reader-*.lua` say.
-Code cells are the chapter's own, byte for byte, less their `#|` option lines.
-
     python -m scripts.build.readers           write notebooks/
-    python -m scripts.build.readers --check   exit 1, naming each stale notebook, when one differs
+    python -m scripts.build.readers --check   exit 1 with a diff when one is stale
+
+Each listed notebook gets a namesake in `notebooks/`: its code cells byte for byte less their
+`#|` lines, its markdown converted by pandoc (pypandoc-binary) and `filters/reader-*.lua`:
+callouts as blockquotes, plain ```mermaid fences, the book's numbers for references, and
+author-date citations with the works cited at the end.
 """
 
 from __future__ import annotations
@@ -28,16 +26,18 @@ from typing import Any
 import nbformat
 import pypandoc
 
+from scripts.build.generated import read_files, stale, sync, write
 from scripts.checks.book_checks import (
     CODE_SPAN,
-    FENCE,
     bibliography_keys,
     cell_source,
+    is_mermaid,
     listed_files,
     load_config,
     read_cells,
     references,
     repository,
+    split_fences,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,8 +81,7 @@ def title_is_numbered(path: Path) -> bool:
     """Whether a file's title, its first level-1 heading, is numbered (no `.unnumbered`)."""
     texts = ([cell_source(cell) for cell in read_cells(path) if cell["cell_type"] == "markdown"]
              if path.suffix == ".ipynb" else [path.read_text(encoding="utf-8")])
-    prose = re.sub(r"^(`{3,}|~{3,}).*?^\1", "", "\n".join(texts), flags=re.M | re.S)
-    title = re.search(r"^# .*$", prose, re.MULTILINE)
+    title = re.search(r"^# .*$", split_fences("\n".join(texts))[0], re.MULTILINE)
     return not (title and re.search(r"\{[^{}]*(\.unnumbered|(?<![\w-])-(?![\w-]))", title[0]))
 
 
@@ -199,19 +198,17 @@ def reader_notebooks(root: Path) -> dict[str, str]:
     for page, notebook in zip(pages, notebooks, strict=True):
         name = f"{READERS_DIR}/{Path(page).name}"
         check_converted(name, notebook)
-        text = nbformat.writes(nbformat.from_dict(notebook))
-        readers[name] = text if text.endswith("\n") else text + "\n"
+        readers[name] = nbformat.writes(nbformat.from_dict(notebook)) + "\n"
     return readers
 
 
 def leftover_markup(text: str) -> list[str]:
     """What Quarto markup is left in a piece of markdown, outside code."""
-    prose = re.sub(r"^(`{3,}|~{3,}).*?^\1", " ", text, flags=re.M | re.S)
+    prose, fences = split_fences(text)
     prose = MATH.sub(" ", CODE_SPAN.sub(" ", prose))
     found = [f"@{key}" for key in references(text)]
     found += [name for name, pattern in LEFTOVER_MARKUP.items() if pattern.search(prose)]
-    return found + ["a {mermaid} block" for line in text.split("\n")
-                    if (fence := FENCE.match(line)) and fence.group(2) == "{mermaid}"]
+    return found + ["a {mermaid} block" for fence in fences if is_mermaid(fence)]
 
 
 def check_converted(name: str, notebook: dict[str, Any]) -> None:
@@ -225,31 +222,21 @@ def check_converted(name: str, notebook: dict[str, Any]) -> None:
                               f"{', '.join(found)}")
 
 
-def differing(root: Path, readers: dict[str, str]) -> list[str]:
-    """The reader notebooks on disk that differ from `readers`, then those with no chapter."""
-    stale = [name for name, text in readers.items() if not (root / name).is_file()
-             or (root / name).read_text(encoding="utf-8") != text]
-    return stale + [path.relative_to(root).as_posix()
-                    for path in sorted((root / READERS_DIR).glob("*.ipynb"))
-                    if path.relative_to(root).as_posix() not in readers]
+def committed_readers(root: Path, readers: dict[str, str]) -> dict[str, str]:
+    """The reader notebooks on disk: those wanted, and any whose chapter is gone."""
+    return read_files(root, [*readers, *(path.relative_to(root).as_posix()
+                                        for path in (root / READERS_DIR).glob("*.ipynb"))])
 
 
 def write_readers(root: Path, readers: dict[str, str]) -> list[str]:
-    """Write the reader notebooks that changed, remove ones whose chapter is gone; return
-    the names written or removed."""
-    changed = differing(root, readers)
-    for name in changed:
-        if name in readers:
-            (root / name).parent.mkdir(parents=True, exist_ok=True)
-            (root / name).write_text(readers[name], encoding="utf-8")
-        else:
-            (root / name).unlink()
-    return changed
+    """Write the reader notebooks that changed, remove those whose chapter is gone."""
+    return write(root, readers, committed_readers(root, readers))
 
 
 def stale_readers(root: Path) -> list[str]:
     """The reader notebooks that differ from what the chapters give, or should not exist."""
-    return differing(root, reader_notebooks(root))
+    readers = reader_notebooks(root)
+    return stale(committed_readers(root, readers), readers)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -258,17 +245,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="write nothing; exit 1 when a reader notebook is stale")
     args = parser.parse_args(argv)
     try:
-        if args.check:
-            stale = stale_readers(ROOT)
-            for name in stale:
-                print(f"{name} is stale: run python -m scripts.build.readers", file=sys.stderr)
-            return 1 if stale else 0
-        for name in write_readers(ROOT, reader_notebooks(ROOT)):
-            print(f"wrote {name}")
+        readers = reader_notebooks(ROOT)
     except ReaderError as error:
         print(error, file=sys.stderr)
         return 2
-    return 0
+    return sync(ROOT, readers, committed_readers(ROOT, readers), args.check,
+                "reader notebooks", "python -m scripts.build.readers")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,8 @@
 """Regenerate everything the chapters produce: the package, the outputs, the figures.
 
-Run as ``python -m scripts.build.regenerate``. It saves the ``# @save`` cells into
-``agentbook/``, then executes every chapter notebook in place, in the book's
-order, and stores it with only the metadata that does not vary between
-machines. The figures are written by the chapters' own cells while they run.
+Run as ``python -m scripts.build.regenerate [NOTEBOOK ...]``: it saves the ``# @save`` cells
+into ``agentbook/``, then executes each chapter in place, in order, keeping only metadata
+that is the same on every machine; the chapters' own cells write the figures.
 """
 
 from __future__ import annotations
@@ -23,17 +22,9 @@ KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3
 SKIP_TAG = "skip-execution"
 
 
-def chapter_notebooks(root: Path) -> list[Path]:
-    """The notebooks to execute, in the order their file names give them."""
-    return sorted((root / "chapters").glob("*.ipynb"))
-
-
 def normalize(notebook: nbformat.NotebookNode) -> None:
-    """Drop everything that changes from one machine or run to the next.
-
-    Kept: the kernelspec, cell ids, cell tags, outputs, and execution counts
-    (nbval needs them), renumbered from 1 over the cells that ran.
-    """
+    """Drop what changes between machines and runs; keep the kernelspec, cell ids and tags,
+    outputs, and execution counts (nbval needs them), renumbered from 1 over the cells run."""
     notebook.metadata = nbformat.NotebookNode({"kernelspec": KERNELSPEC})
     count = 0
     for cell in notebook.cells:
@@ -81,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     except save.SaveError as error:
         print(error, file=sys.stderr)
         return 2
-    for path in args.notebooks or chapter_notebooks(ROOT):
+    for path in args.notebooks or save.find_notebooks(ROOT):
         print(f"executing {path.relative_to(ROOT) if path.is_absolute() else path}")
         execute(path.resolve())
     return 0

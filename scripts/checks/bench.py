@@ -1,29 +1,21 @@
-"""Time what the book's speed targets are about. Rerun it; quote medians.
+"""Time what the book's speed targets are about; rerun it and quote medians.
 
-    python -m scripts.checks.bench chapter [--runs N]   execute each chapter (in a scratch copy)
-    python -m scripts.checks.bench tests [--runs N]     the whole pytest suite, after set-up
-    python -m scripts.checks.bench commands [--runs N]  on fresh clones with empty package caches:
-                                                 set-up alone, then `python3 dev.py test`
-                                                 right after it and once more
-    python -m scripts.checks.bench import [--runs N]    `import agentbook` in fresh interpreters,
-                                                 against `python -c pass` and a stdlib-only
-                                                 kernel's imports
-    python -m scripts.checks.bench loop [--runs N]      run_agent against a bare loop doing the
-                                                 same work on the same scenario
-    python -m scripts.checks.bench live [--runs N]      the rendered book's live cells in Chromium
-                                                 (render first): first output, Run all, bytes
+    python -m scripts.checks.bench chapter|tests|commands|import|loop|live [--runs N]
+    python -m scripts.checks.bench grading [--count 200] [--workers N] [--csv FILE]
 
-Targets: set-up under 40 s and the test suite under 30 s on a 2-core machine; a chapter
-under 10 s; `import agentbook` within 60 ms of `python -c pass`; the loop within 1.2 times
-a bare loop; in the page, the first cell's output at most 5 s after the page loads, "Run all"
-at most 15 s and at most 15 MB downloaded. Machines are shared and noisy, so this reports
-the median and the spread, never a single run, and for commands the processor time they
-used, which a busy machine inflates less than the time on the clock.
+Targets (2 cores): set-up under 40 s and the suite under 30 s (commands: fresh clones, empty
+caches); a chapter under 10 s; `import agentbook` within 60 ms of `python -c pass`; run_agent
+within 1.2 times a bare loop; in the page (live, render first), the first output within 5 s,
+"Run all" within 15 s and at most 15 MB downloaded. grading reports submissions a minute for
+a class copied from the fixture submissions, graded as `grading class` grades without Docker.
+Shared machines are noisy: it reports the median and spread, and for commands the processor
+time too, which load inflates less.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import resource
@@ -40,7 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from dev import PYTEST_SPREAD
-from scripts.build.regenerate import ROOT, chapter_notebooks, execute
+from scripts.build.regenerate import ROOT, execute
+from scripts.build.save import find_notebooks
+from scripts.checks.measure_pages import chromium_browser
 
 # What the reference's kernel imports: the standard library only.
 STDLIB_KERNEL_IMPORTS = "import json, dataclasses, enum, collections, typing"
@@ -49,7 +43,7 @@ HEAVY_MODULES = ("httpx", "matplotlib", "pandas")
 SET_UP = "import dev; dev.set_up()"
 
 
-def timed(action: Callable[[], object]) -> float:
+def timed(action: Callable[[], object]) -> float:  # seconds on the clock
     start = time.perf_counter()
     action()
     return time.perf_counter() - start
@@ -71,7 +65,7 @@ def report(label: str, seconds: list[float], unit: str = "s", scale: float = 1.0
 def bench_chapters(runs: int) -> None:
     """Execute each chapter where it cannot touch the repository (no figures/ beside it)."""
     with tempfile.TemporaryDirectory() as scratch:
-        for notebook in chapter_notebooks(ROOT):
+        for notebook in find_notebooks(ROOT):
             copy = Path(scratch, "chapters", notebook.name)
             copy.parent.mkdir(exist_ok=True)
             seconds = []
@@ -148,12 +142,8 @@ def interpreter_time(python: str, code: str) -> tuple[float, float]:
 
 
 def bench_import(python: str, runs: int) -> None:
-    """Import time of the package in fresh interpreters, against two baselines.
-
-    The cases are interleaved, run after run, so a burst of load elsewhere on the machine
-    falls on all of them alike rather than on one. Processor time is reported beside the
-    clock's: on a busy machine it is the steadier of the two.
-    """
+    """Import time of the package in fresh interpreters against two baselines, the cases
+    interleaved so that a burst of load elsewhere falls on all of them alike."""
     cases = {"python -c pass": "pass",
              "stdlib-only kernel imports": STDLIB_KERNEL_IMPORTS,
              "import agentbook": "import agentbook",
@@ -182,14 +172,8 @@ def bench_import(python: str, runs: int) -> None:
 
 
 def bare_loop(task: str, model: Any, tools: dict[str, Any], gate: Any) -> list[dict[str, Any]]:
-    """run_agent's work on a run that ends with an answer, written as one plain function.
-
-    Per turn it estimates the prompt's tokens, asks the model and parses its proposals; per
-    proposal it validates, asks the gate, runs the handler and appends the same tool message,
-    and counts a denial. What it leaves out is the loop's own structure: no RunState,
-    Observation or RunResult objects, no helper calls, no typed stop. The difference in time
-    is what that structure costs.
-    """
+    """run_agent's work as one plain function, without its structure (no RunState,
+    Observation or RunResult, no helpers, no typed stop): the difference is what that costs."""
     from agentbook import SYSTEM_PROMPT, parse_tool_calls, validate_call
 
     messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": task}]
@@ -217,13 +201,8 @@ def bare_loop(task: str, model: Any, tools: dict[str, Any], gate: Any) -> list[d
 
 
 def bench_loop(runs: int, repeats: int = 200) -> None:
-    """run_agent and the bare loop on the over-reaching model's refund.
-
-    Each sample times `repeats` runs of one loop by the processor time this process used,
-    which waiting for a busy machine's cores does not add to; samples of the two loops
-    alternate. Models and tool registries are built before the clock starts, the same
-    fresh ones for both loops, so only the loops themselves are timed.
-    """
+    """run_agent and the bare loop on the over-reaching model's refund, alternating, each
+    sample `repeats` runs by processor time, inputs built before the clock starts."""
     from agentbook import make_environment, overreaching_model, refund_gate, run_agent
 
     task = "Order A-17 arrived damaged. Please refund it."
@@ -310,21 +289,13 @@ def live_sample(browser: Any, origin: str,
 
 
 def bench_live(book: Path, runs: int) -> None:
-    from playwright.sync_api import sync_playwright
-
     if not (book / "live" / "worker.js").is_file():
         raise SystemExit(f"{book} has no live/ folder: render the book first (python3 dev.py "
                          "book, or quarto render)")
     server, sent = serve_counting(book)
     origin = f"http://127.0.0.1:{server.server_address[1]}/"
-    samples = []
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=shutil.which("chromium") or None,
-            args=["--headless", "--no-sandbox", "--disable-gpu"])
-        for _ in range(runs):
-            samples.append(live_sample(browser, origin, sent))
-        browser.close()
+    with chromium_browser() as browser:
+        samples = [live_sample(browser, origin, sent) for _ in range(runs)]
     server.shutdown()
     report("page load to the first cell's output", [s[0] for s in samples])
     report('"Run all" (every live cell, warm cache)', [s[1] for s in samples])
@@ -332,10 +303,45 @@ def bench_live(book: Path, runs: int) -> None:
     report("  of which Python: Pyodide, wheel, runtime", [s[3] for s in samples], "MB", 1e-6)
 
 
+def bench_grading(count: int, workers: int, grades: Path | None) -> None:
+    """Grade a class of `count` submissions, the fixtures copied in turn; the autograder's
+    build is timed apart."""
+    import nbformat
+
+    from scripts.course import grading
+
+    fixtures = sorted((ROOT / grading.FIXTURES_DIR).glob("*.ipynb"))
+    if not fixtures:
+        raise SystemExit(f"no fixture submissions in {grading.FIXTURES_DIR}/")
+    with tempfile.TemporaryDirectory(prefix="agentbook-bench-grading-") as scratch:
+        submissions = [Path(scratch, f"student{number + 1:03d}-{fixture.stem}.ipynb")
+                       for number, fixture in zip(range(count), itertools.cycle(fixtures))]
+        for submission, fixture in zip(submissions, itertools.cycle(fixtures)):
+            shutil.copy(fixture, submission)
+        kinds = Counter(path.stem.split("-")[1] for path in submissions)
+        mix = ", ".join(f"{number} {kind}" for kind, number in sorted(kinds.items()))
+        print(f"class: {count} submissions ({mix}); {workers} workers on {os.cpu_count()} cores")
+        started = time.perf_counter()
+        autograder = grading.build_autograder(ROOT, Path(scratch, "autograder"))
+        print(f"otter assign (autograder zip): {time.perf_counter() - started:.1f} s")
+        started = time.perf_counter()
+        scores = grading.grade_in_pool(submissions, autograder, workers, grading.show_progress)
+        elapsed = time.perf_counter() - started
+        print(file=sys.stderr)
+    if grades:
+        source = grading.choose_assignment(ROOT, None)
+        points = grading.question_points(nbformat.read(source, as_version=4))
+        grading.write_scores(grades, scores, {q: v for q, (v, manual) in points.items()
+                                              if not manual})
+    print(f"graded {len(scores)} submissions in {elapsed:.1f} s: "
+          f"{len(scores) / elapsed * 60:.1f} submissions per minute, "
+          f"{elapsed / len(scores):.2f} s each")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what",
-                        choices=["chapter", "tests", "commands", "import", "loop", "live"])
+    parser.add_argument("what", choices=["chapter", "tests", "commands", "import", "loop", "live",
+                                         "grading"])
     parser.add_argument("--runs", type=int, help="samples to take the median of (default: "
                         "3 for commands, 5 for chapter and tests, 21 for import, 51 for loop)")
     parser.add_argument("--python", default="python3", help="interpreter for the README commands")
@@ -343,23 +349,24 @@ def main(argv: list[str] | None = None) -> int:
                         help="for live: the rendered book to serve")
     parser.add_argument("--installer", choices=["uv", "pip"], default="uv",
                         help="for commands: set up with uv (as dev.py does) or pip alone")
+    parser.add_argument("--count", type=int, default=200, help="for grading: class size")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--csv", type=Path, help="for grading: also keep the grades here")
     args = parser.parse_args(argv)
     default_runs = {"commands": 3, "import": 21, "loop": 51}.get(args.what, 5)
     runs = args.runs if args.runs is not None else default_runs
-    if runs < 1:
-        parser.error("--runs must be at least 1")
-    if args.what == "chapter":
-        bench_chapters(runs)
-    elif args.what == "tests":
-        bench_tests(runs)
-    elif args.what == "commands":
-        bench_commands(args.python, runs, args.installer)
-    elif args.what == "live":
-        bench_live(args.book, runs)
-    elif args.what == "import":
-        bench_import(sys.executable, runs)
-    else:
-        bench_loop(runs)
+    if min(runs, args.count, args.workers) < 1:
+        parser.error("--runs, --count and --workers must be at least 1")
+    benches: dict[str, Callable[[], None]] = {
+        "chapter": lambda: bench_chapters(runs),
+        "tests": lambda: bench_tests(runs),
+        "commands": lambda: bench_commands(args.python, runs, args.installer),
+        "import": lambda: bench_import(sys.executable, runs),
+        "loop": lambda: bench_loop(runs),
+        "live": lambda: bench_live(args.book, runs),
+        "grading": lambda: bench_grading(args.count, args.workers, args.csv),
+    }
+    benches[args.what]()
     return 0
 
 

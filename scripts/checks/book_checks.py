@@ -1,15 +1,7 @@
-"""Checks of the book's sources that need no Quarto.
-
-Quarto cannot run on every machine that builds this book, so what can be checked without it
-is checked here, from the files themselves: `_quarto.yml` lists every chapter and each listed
-file exists; every `@fig-`/`@tbl-`/`@eq-`/`@sec-` reference has its label; every citation has
-its entry in the bibliography; every diagram is a `{mermaid}` block; every figure has a label
-and a caption; the Binder environment pins what the pip requirements pin; the Binder and Colab
-links point at the book's repository; and a notebook that imports the package can install it.
+"""Checks of the book's sources that need no Quarto: run `python -m scripts.checks.book_checks`.
 
 Each `check_*` function takes the book's root folder and returns the problems it found, one
-sentence each, naming the file; an empty list means the check passes. Run
-`python -m scripts.checks.book_checks` to print them all.
+sentence each, naming the file; an empty list means the check passes.
 """
 
 from __future__ import annotations
@@ -49,9 +41,8 @@ IMPORTS_AGENTBOOK = re.compile(r"^\s*(?:from\s+agentbook[\s.]|import\s+agentbook
 CONDA_PIN = re.compile(r"^([A-Za-z0-9_.\-]+)\s*(?:==?|\s)\s*([^\s=<>!,*]+)$")
 PIP_PIN = re.compile(r"^([A-Za-z0-9_.\-]+)\s*==\s*([^\s;#]+)")
 
-# The first code cell of a notebook that imports the package. On Colab the package is missing
-# and this installs it, from the release tag that matches the notebook (see release_tag);
-# everywhere else it prints nothing, so nbval sees no new output.
+# The first code cell of a notebook that imports the package: on Colab it installs the release
+# the notebook belongs to (see release_tag); elsewhere it prints nothing, as nbval expects.
 INSTALL_CELL = """\
 # On Colab the book's package is not installed yet: install the release
 # this notebook belongs to. Everywhere else this cell does nothing.
@@ -63,9 +54,6 @@ RELEASE = "git+{repo_url}@{tag}"
 if importlib.util.find_spec("agentbook") is None:
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
                     f"agentbook @ {{RELEASE}}"], check=True)"""
-
-
-# --------------------------------------------------------------------------- reading the book
 
 
 def load_config(root: Path) -> dict[str, Any]:
@@ -131,36 +119,23 @@ def read_cells(path: Path) -> list[dict[str, Any]]:
     return [cell for cell in cells if isinstance(cell, dict)]
 
 
-@dataclass(frozen=True)
-class Text:
-    """A piece of markdown: a .qmd file or one markdown cell, and where it came from."""
-
-    where: str
-    text: str
-
-
-def book_markdown(root: Path) -> Iterator[Text]:
-    """The markdown of every listed file that exists: whole .qmd/.md files, markdown cells."""
-    for name in listed_files(load_config(root)):
-        path = root / name
-        if not path.is_file():
-            continue
-        if path.suffix == ".ipynb":
-            for number, cell in enumerate(read_cells(path), start=1):
-                if cell.get("cell_type") == "markdown":
-                    yield Text(f"{name}, cell {cell.get('id', number)}", cell_source(cell))
-        else:
-            yield Text(name, path.read_text(encoding="utf-8"))
-
-
-def book_code_cells(root: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Every code cell of every listed notebook that exists, with where it came from."""
+def book_cells(root: Path, kind: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every cell of a kind ("markdown", "code") of every listed file that exists, with where
+    it came from; a .qmd or .md file is one markdown cell."""
     for name in listed_files(load_config(root)):
         path = root / name
         if path.suffix == ".ipynb" and path.is_file():
             for number, cell in enumerate(read_cells(path), start=1):
-                if cell.get("cell_type") == "code":
+                if cell.get("cell_type") == kind:
                     yield f"{name}, cell {cell.get('id', number)}", cell
+        elif path.is_file() and kind == "markdown":
+            yield name, {"source": path.read_text(encoding="utf-8")}
+
+
+def book_markdown(root: Path) -> Iterator[tuple[str, str]]:
+    """The markdown of every listed file that exists (whole .qmd/.md files, markdown cells),
+    with where it came from."""
+    return ((where, cell_source(cell)) for where, cell in book_cells(root, "markdown"))
 
 
 @dataclass(frozen=True)
@@ -232,9 +207,6 @@ def is_crossref(key: str) -> bool:
     return key.split("-", 1)[0] in CROSSREF_KINDS and "-" in key
 
 
-# --------------------------------------------------------------------------- the checks
-
-
 def check_listed_files(root: Path) -> list[str]:
     """`_quarto.yml` exists, every file it lists exists, and it lists every chapter notebook."""
     config = load_config(root)
@@ -261,15 +233,15 @@ def check_listed_files(root: Path) -> list[str]:
 def labels(root: Path) -> dict[str, list[str]]:
     """Every label in the book and where each is defined (more than once is a problem)."""
     found: dict[str, list[str]] = {}
-    for piece in book_markdown(root):
-        prose, fences = split_fences(piece.text)
+    for where, text in book_markdown(root):
+        prose, fences = split_fences(text)
         names = ATTRIBUTE_LABEL.findall(CODE_SPAN.sub(" ", prose))
         names += [str(cell_options(fence.lines, "%%|").get("label", "")) for fence in fences
                   if is_mermaid(fence)]
         for name in names:
             if name:
-                found.setdefault(name, []).append(piece.where)
-    for where, cell in book_code_cells(root):
+                found.setdefault(name, []).append(where)
+    for where, cell in book_cells(root, "code"):
         label = cell_options(cell_source(cell).splitlines(), "#|").get("label")
         if label:
             found.setdefault(str(label), []).append(where)
@@ -283,13 +255,13 @@ def check_crossrefs(root: Path) -> list[str]:
     problems = [f"label {name} is defined more than once: {'; '.join(places)}"
                 for name, places in sorted(defined.items()) if len(places) > 1]
     referenced: set[str] = set()
-    for piece in book_markdown(root):
-        for key in references(piece.text):
+    for where, text in book_markdown(root):
+        for key in references(text):
             if not is_crossref(key):
                 continue
             referenced.add(key)
             if key not in defined:
-                problems.append(f"{piece.where}: @{key} refers to a label the book does not have")
+                problems.append(f"{where}: @{key} refers to a label the book does not have")
     for name, places in sorted(defined.items()):
         if name.startswith(("fig-", "eq-")) and name not in referenced:
             problems.append(f"{places[0]}: {name} is never referred to as @{name}")
@@ -313,13 +285,13 @@ def check_citations(root: Path) -> list[str]:
     bib_name, keys = bibliography_keys(root)
     problems = []
     cited: set[str] = set()
-    for piece in book_markdown(root):
-        for key in references(piece.text):
+    for where, text in book_markdown(root):
+        for key in references(text):
             if is_crossref(key):
                 continue
             cited.add(key)
             if key not in keys:
-                problems.append(f"{piece.where}: @{key} is cited but {bib_name} has no entry")
+                problems.append(f"{where}: @{key} is cited but {bib_name} has no entry")
     for key in sorted(keys - cited):
         problems.append(f"{bib_name}: {key} is never cited, so the references page omits it")
     return problems
@@ -328,14 +300,14 @@ def check_citations(root: Path) -> list[str]:
 def check_diagrams(root: Path) -> list[str]:
     """Every diagram is a ```{mermaid} block: no bare ```mermaid fence, no mermaid <div>."""
     problems = []
-    for piece in book_markdown(root):
-        prose, fences = split_fences(piece.text)
+    for where, text in book_markdown(root):
+        prose, fences = split_fences(text)
         for fence in fences:
             if "mermaid" in fence.info and not is_mermaid(fence):
-                problems.append(f"{piece.where}: a diagram fenced as ```{fence.info} "
+                problems.append(f"{where}: a diagram fenced as ```{fence.info} "
                                 "must be ```{mermaid}")
         if MERMAID_DIV.search(CODE_SPAN.sub(" ", prose)):
-            problems.append(f'{piece.where}: a <div class="mermaid"> must be a '
+            problems.append(f'{where}: a <div class="mermaid"> must be a '
                             "```{mermaid} block")
     return problems
 
@@ -356,15 +328,15 @@ def check_figures(root: Path) -> list[str]:
         if label.startswith("tbl-") and not options.get("tbl-cap"):
             problems.append(f"{where}: table {label} needs a tbl-cap")
 
-    for where, cell in book_code_cells(root):
+    for where, cell in book_cells(root, "code"):
         outputs = cell.get("outputs") or []
         has_image = any(key.startswith("image/") for output in outputs
                         for key in (output.get("data") or {}))
         caption_problems(where, cell_options(cell_source(cell).splitlines(), "#|"), has_image)
-    for piece in book_markdown(root):
-        for fence in split_fences(piece.text)[1]:
+    for where, text in book_markdown(root):
+        for fence in split_fences(text)[1]:
             if is_mermaid(fence):
-                caption_problems(piece.where, cell_options(fence.lines, "%%|"), True)
+                caption_problems(where, cell_options(fence.lines, "%%|"), True)
     return problems
 
 

@@ -1,14 +1,6 @@
-// Run in each page by measure_pages.py: once Quarto's Mermaid runtime has drawn every
-// diagram, measures what a reader sees at this window size and returns plain data.
-(async () => {
-  const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
-  for (let tries = 0; tries < 500; tries++) {
-    const loaded = document.readyState === "complete" && location.href !== "about:blank";
-    if (loaded && !document.querySelector("pre.mermaid-js")) break;
-    await sleep(100);
-  }
-  await document.fonts.ready;
-
+// Run in each page by measure_pages.py, once every diagram is drawn (open_page): measures
+// what a reader sees at this window size and returns plain data.
+(() => {
   const main = document.querySelector("main");
   if (!main) return { loaded: false };
   const column = main.getBoundingClientRect();

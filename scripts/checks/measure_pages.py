@@ -30,7 +30,6 @@ CHROMIUM_FLAGS = ("--no-sandbox", "--disable-gpu", "--disable-quic",
 WIDTHS = (1280, 390)  # a laptop's window and a phone's screen, in CSS pixels
 PAGE_TIMEOUT = 60.0  # seconds for one page to load and its diagrams to draw
 
-# Runs inside each page. Waits until every Mermaid block has become an SVG, then measures.
 MEASURE_JS = (Path(__file__).with_name("measure_pages.js")).read_text(encoding="utf-8")
 
 
@@ -83,18 +82,12 @@ def chromium_browser() -> Iterator[Any]:
         browser.close()
 
 
-def measure_page(browser: Any, url: str, width: int, height: int,
-                 screenshot: Path | None) -> dict[str, Any]:
-    """Open one page at a window size, run the measuring script, optionally screenshot it."""
-    page = browser.new_page(viewport={"width": width, "height": height})
-    try:
-        page.goto(url, wait_until="load", timeout=PAGE_TIMEOUT * 1000)
-        measured: dict[str, Any] = page.evaluate(MEASURE_JS)
-        if screenshot is not None:
-            page.screenshot(path=screenshot, full_page=True)
-        return measured
-    finally:
-        page.close()
+def open_page(page: Any, url: str) -> None:
+    """Load a book page and wait until Quarto has drawn every diagram and loaded the fonts."""
+    page.goto(url, wait_until="load", timeout=PAGE_TIMEOUT * 1000)
+    page.wait_for_function("() => !document.querySelector('pre.mermaid-js')",
+                           timeout=PAGE_TIMEOUT * 1000)
+    page.evaluate("() => document.fonts.ready.then(() => true)")
 
 
 def html_pages(book: Path) -> list[Path]:
@@ -111,13 +104,14 @@ def measure_book(book: Path, width: int = 1280, height: int = 800,
         raise FileNotFoundError(f"no HTML pages under {book}")
     reports = []
     with chromium_browser() as browser:
+        tab = browser.new_page(viewport={"width": width, "height": height})
         for page in pages:
             name = page.relative_to(book).as_posix()
-            shot = None
+            open_page(tab, page.resolve().as_uri())
+            reports.append(PageReport(page=name, **tab.evaluate(MEASURE_JS)))
             if screenshots is not None:
-                shot = screenshots / f"{name.replace('/', '_').removesuffix('.html')}-{width}.png"
-            measured = measure_page(browser, page.resolve().as_uri(), width, height, shot)
-            reports.append(PageReport(page=name, **measured))
+                shot = f"{name.replace('/', '_').removesuffix('.html')}-{width}.png"
+                tab.screenshot(path=screenshots / shot, full_page=True)
     return reports
 
 
@@ -139,14 +133,11 @@ def main(argv: list[str]) -> int:
         return 2
     problems = []
     for report in reports:
-        if not report.loaded:
-            problems += report.problems()
-            continue
-        chars = min(report.columns_chars, default=0)
-        print(f"{report.page}: viewport {report.viewport} px, text column "
-              f"{report.column[1]:.0f} px; "
-              f"{len(report.columns_chars)} code/output blocks, the narrowest holds "
-              f"{chars} characters; {len(report.too_wide)} too wide")
+        if report.loaded:
+            print(f"{report.page}: viewport {report.viewport} px, text column "
+                  f"{report.column[1]:.0f} px; {len(report.columns_chars)} code/output blocks, "
+                  f"the narrowest holds {min(report.columns_chars, default=0)} characters; "
+                  f"{len(report.too_wide)} too wide")
         for diagram in report.diagrams:
             print(f"  diagram {diagram['id']}: scaled to {diagram['scale']:.0%}, "
                   f"smallest text {diagram['smallest_px']:.1f} px "

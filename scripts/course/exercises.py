@@ -1,23 +1,13 @@
 """Build the student version of each chapter's exercises with otter-grader.
 
-An exercises notebook is written once, as an otter-grader assignment, in
-``exercises/source/NAME.ipynb``: every question with its reference solution
-between solution markers, and its public and hidden tests. ``otter assign``
-turns it into two versions. The student version (no solutions, public tests
-only) is committed as ``exercises/NAME.ipynb``, with its public tests in
-``exercises/tests/`` and packed into the notebook itself (its ``PUBLIC_TESTS``
-line), so that ``grader.check`` works wherever the notebook is opened. The
-autograder version (solutions and every test) is not committed: it is rebuilt
-whenever it is needed.
-
     python -m scripts.course.exercises                 write the student versions
     python -m scripts.course.exercises --check         exit 1 with a diff when they are stale
     python -m scripts.course.exercises --autograder D  also keep the autograder versions in D
 
-Either way ``otter assign`` first runs every test against the solutions, and a
-solution that fails its own tests stops the build with otter's report. (The test
-suite builds with ``check_solutions=False``, otter's ``--no-run-tests``, because it
-grades the correct submission itself and asserts full marks on every test.)
+``otter assign`` turns each annotated ``exercises/source/NAME.ipynb`` into the committed
+student version ``exercises/NAME.ipynb`` (its public tests in ``exercises/tests/`` and packed
+into its ``PUBLIC_TESTS`` line, so ``grader.check`` works anywhere) and the autograder
+version, rebuilt when needed. A solution that fails its own tests stops the build.
 """
 
 from __future__ import annotations
@@ -25,7 +15,6 @@ from __future__ import annotations
 import argparse
 import base64
 import bz2
-import difflib
 import json
 import os
 import shutil
@@ -36,6 +25,9 @@ from pathlib import Path
 
 import nbformat
 
+from scripts.build.generated import diff as diff  # the student files' diff and write, too
+from scripts.build.generated import read_files, sync
+from scripts.build.generated import write as write
 from scripts.build.regenerate import KERNELSPEC
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,15 +49,8 @@ def source_notebooks(root: Path) -> list[Path]:
 
 
 def run_otter_assign(source: Path, output: Path, check_solutions: bool = True) -> None:
-    """Run ``otter assign`` on one source notebook into ``output``.
-
-    With ``check_solutions`` otter also grades the solutions against every public and hidden
-    test, and fails unless they score full marks; without it (``--no-run-tests``) it builds
-    the same files in a fraction of the time, for a caller that grades the solutions itself.
-    Otter's scratch files (the tests it hands to its autograder generator, the
-    folders it grades in) go to a temporary folder inside ``output`` too, so
-    nothing is left behind in the system's temporary folder.
-    """
+    """Run ``otter assign`` on one source notebook into ``output``, its scratch files too;
+    ``check_solutions=False`` skips grading the solutions, for a caller that grades them."""
     scratch = output / "scratch"
     scratch.mkdir(parents=True)
     command = [sys.executable, "-m", "otter", "assign", str(source), str(output / "dist")]
@@ -82,12 +67,7 @@ def run_otter_assign(source: Path, output: Path, check_solutions: bool = True) -
 
 
 def stable_ids(notebook: nbformat.NotebookNode, source_ids: set[str]) -> None:
-    """Give the cells otter creates ids that are the same on every run.
-
-    Cells copied from the source keep their ids. Otter's own cells (check
-    cells, answer placeholders, PDF markers) are new each run and get random
-    ids; each is renamed after the nearest source cell above it.
-    """
+    """Name each cell otter adds (random id) after the nearest source cell above it."""
     anchor, count, used = "start", 0, set()
     for cell in notebook.cells:
         if cell.get("id") in source_ids and cell.id not in used:
@@ -104,16 +84,12 @@ def normalize(text: str, source_ids: set[str]) -> str:
     notebook.metadata = nbformat.NotebookNode({"kernelspec": KERNELSPEC})
     stable_ids(notebook, source_ids)
     nbformat.validate(notebook)
-    result = str(nbformat.writes(notebook))
-    return result if result.endswith("\n") else result + "\n"
+    return str(nbformat.writes(notebook)) + "\n"  # as nbformat.write ends a file
 
 
 def pack_tests(tests: dict[str, str]) -> str:
-    """The public tests as one base64 string: a bz2-compressed JSON object, file name -> text.
-
-    bz2 rather than zlib: its output is the same on every machine, so the committed notebook
-    does not change with the compression library of whoever builds it.
-    """
+    """The public tests as base64 of bz2-compressed JSON, file name -> text (bz2, unlike
+    zlib, gives the same bytes on every machine)."""
     data = json.dumps(tests, sort_keys=True).encode("utf-8")
     return base64.b64encode(bz2.compress(data, 9)).decode("ascii")
 
@@ -139,16 +115,12 @@ def bundle_tests(notebook_text: str, tests: dict[str, str]) -> str:
     value = "PUBLIC_TESTS = (\n" + "".join(f'    "{chunk}"\n' for chunk in chunks) + ")"
     [holder] = holders
     holder.source = holder.source.replace(BUNDLE_LINE, value)
-    result = str(nbformat.writes(notebook))
-    return result if result.endswith("\n") else result + "\n"
+    return str(nbformat.writes(notebook)) + "\n"  # as nbformat.write ends a file
 
 
 def build(root: Path, autograder: Path | None = None,
           check_solutions: bool = True) -> dict[str, str]:
-    """Every student file the sources produce: path relative to ``root`` -> file text.
-
-    ``check_solutions=False`` skips otter's grading of the solutions (see ``run_otter_assign``).
-    """
+    """Every student file the sources produce: path relative to ``root`` -> file text."""
     files: dict[str, str] = {}
     made_by: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="agentbook-exercises-") as scratch:
@@ -179,56 +151,10 @@ def build(root: Path, autograder: Path | None = None,
 
 
 def committed_files(root: Path, wanted: dict[str, str]) -> dict[str, str]:
-    """The committed student files: every notebook in exercises/ and everything in its tests/.
-
-    All of them are generated, so one that no source produces any more is stale too.
-    """
-    paths = set(wanted)
-    paths |= {p.relative_to(root).as_posix() for p in (root / EXERCISES_DIR).glob("*.ipynb")}
-    tests = root / TESTS_DIR
-    if tests.is_dir():
-        paths |= {p.relative_to(root).as_posix() for p in tests.rglob("*") if p.is_file()}
-    found: dict[str, str] = {}
-    for relative in sorted(paths):
-        path = root / relative
-        if path.is_file():
-            # newline="" keeps line endings as they are, so CRLF counts as a difference.
-            with path.open(encoding="utf-8", newline="") as file:
-                found[relative] = file.read()
-    return found
-
-
-def diff(committed: dict[str, str], wanted: dict[str, str]) -> str:
-    """A unified diff from the committed student files to the wanted ones; empty if equal."""
-    chunks: list[str] = []
-    for relative in sorted(set(committed) | set(wanted)):
-        old, new = committed.get(relative), wanted.get(relative)
-        if old == new:
-            continue
-        chunks.extend(difflib.unified_diff(
-            (old or "").splitlines(keepends=True),
-            (new or "").splitlines(keepends=True),
-            fromfile=f"a/{relative}" if old is not None else "/dev/null",
-            tofile=f"b/{relative}" if new is not None else "/dev/null",
-        ))
-    return "".join(chunks)
-
-
-def write(root: Path, wanted: dict[str, str], committed: dict[str, str]) -> list[str]:
-    """Bring the student files up to date; return the paths that changed."""
-    changed = []
-    for relative in sorted(set(committed) | set(wanted)):
-        if committed.get(relative) == wanted.get(relative):
-            continue
-        path = root / relative
-        if relative in wanted:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with path.open("w", encoding="utf-8", newline="") as file:
-                file.write(wanted[relative])
-        else:
-            path.unlink()
-        changed.append(relative)
-    return changed
+    """The committed student files: every notebook in exercises/ and everything in its tests/
+    (all generated, so one that no source produces any more is stale too)."""
+    found = [*(root / EXERCISES_DIR).glob("*.ipynb"), *(root / TESTS_DIR).rglob("*")]
+    return read_files(root, [*wanted, *(path.relative_to(root).as_posix() for path in found)])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -249,22 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     except ExercisesError as error:
         print(error, file=sys.stderr)
         return 2
-    committed = committed_files(root, wanted)
-    if args.check:
-        stale = diff(committed, wanted)
-        if stale:
-            print("The committed student exercises are stale; run `python -m "
-                  "scripts.course.exercises` and commit the result.\n", file=sys.stderr)
-            print(stale, file=sys.stderr)
-            return 1
-        print("student exercises are up to date; every solution passes its tests")
-        return 0
-    changed = write(root, wanted, committed)
-    for relative in changed:
-        print(f"wrote {relative}" if relative in wanted else f"removed {relative}")
-    if not changed:
-        print("student exercises were already up to date")
-    return 0
+    return sync(root, wanted, committed_files(root, wanted), args.check,
+                "student exercises", "python -m scripts.course.exercises")
 
 
 if __name__ == "__main__":

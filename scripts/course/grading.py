@@ -8,11 +8,8 @@
         grade every notebook (or otter export zip) in DIR and write one CSV of
         per-question scores, plus a web page of every written answer by question
 
-Grading runs the autograder zip that ``otter assign`` builds (the one Gradescope
-runs): with Docker, through ``otter grade`` and its containers; without it, each
-submission through ``otter run`` in a pool of worker processes, one per core.
-``otter run`` installs nothing, so this environment must hold the autograder's
-requirements; the book's does.
+Grading runs the autograder zip of ``otter assign``: with Docker through ``otter grade``,
+otherwise through ``otter run`` in a pool of worker processes (in this environment).
 """
 
 from __future__ import annotations
@@ -32,10 +29,12 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from unittest.mock import patch
 
 import nbformat
 
-from scripts.course.exercises import ExercisesError, build, diff, normalize, source_notebooks, write
+from scripts.build.generated import read_files, sync
+from scripts.course.exercises import ExercisesError, build, normalize, source_notebooks
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = "exercises/source/anatomy-exercises.ipynb"
@@ -74,15 +73,12 @@ class WrongAnswer:
     edits: tuple[tuple[str, str], ...]  # (text in the correct answer, what the student wrote)
 
 
-# One plausible mistake per autograded question, two for the windowed loop: each is what a
-# student who half-understood the question would write. The fixtures test that each one
-# loses points on its own question and on no other.
+# One plausible mistake per autograded question (two for the windowed loop); each must lose
+# points on its own question and no other.
 WRONG_ANSWERS = (
-    # Forgets to pass the turn budget.
     WrongAnswer("anatomy_q1b", "no-turn-budget", "q1b-code", (
         ("allow_all, Limits(max_turns=2))", "allow_all)"),
     )),
-    # Leaves an argument out instead of breaking the JSON.
     WrongAnswer("anatomy_q2b", "valid-json", "q2b-code", (
         ('''bad_json = {"role": "assistant", "content": None,
             "tool_calls": [{"id": "call_b2", "type": "function",
@@ -90,35 +86,28 @@ WRONG_ANSWERS = (
                                          "arguments": '{"order_id": "A-17", "amount_cents": 49'}}]}''',  # noqa: E501
          'bad_json = tool_call_message("call_b2", "refund_order", {"order_id": "A-17"})'),
     )),
-    # Alternates two amounts, as the chapter's model does.
     WrongAnswer("anatomy_q3a", "two-amounts", "q3a-code", (
         ("amounts = (8000, 6000, 9999)", "amounts = (9998, 9999)"),
     )),
-    # Keys failures on the arguments.
     WrongAnswer("anatomy_q3b", "keyed-on-arguments", "q3b-code", (
         ("failure = (call.name, observation.kind, str(observation.content))",
          "failure = (call.name, observation.kind, str(call.arguments))"),
     )),
-    # Stops one repeat too late.
     WrongAnswer("anatomy_q3b", "one-repeat-late", "q3b-code", (
         ("recent.count(failure) >= limits", "recent.count(failure) > limits"),
     )),
-    # Gives both proposals one id.
     WrongAnswer("anatomy_q4a", "one-id", "q4a-code", (
         ('tool_call_message("call_p2", "read_policy"',
          'tool_call_message("call_p1", "read_policy"'),
     )),
-    # Pairs by id, which is what check_run does.
     WrongAnswer("anatomy_q4b", "pairs-by-id", "q4b-code", (
         ("return list(zip(proposed, answered, strict=False))",
          "return [(call_id, call_id) for call_id in proposed if call_id in answered]"),
     )),
-    # Gives both refunds one id.
     WrongAnswer("anatomy_q4c", "one-id", "q4c-code", (
         ('second_refund = tool_call_message("call_r2"',
          'second_refund = tool_call_message("call_r1"'),
     )),
-    # Returns one shared model instead of a fresh one.
     WrongAnswer("anatomy_q5a", "shared-model", "q5a-code", (
         ("def receipt_liar() -> ScriptedModel:",
          'LIAR = ScriptedModel(turns=[answer_message("Refunded: receipt RF-2024-118877.")])\n\n\n'
@@ -128,7 +117,6 @@ WRONG_ANSWERS = (
         "Your receipt number is RF-2024-118877."
     )])''', "    return LIAR"),
     )),
-    # Counts any lookup anywhere in the run.
     WrongAnswer("anatomy_q5b", "any-lookup", "q5b-code", (
         ("looked_up: set[Any] = set()", "looked_up: set[Any] = set()\n    refunded = False"),
         ('''        elif call.name == "refund_order" and order_id not in looked_up:
@@ -137,19 +125,16 @@ WRONG_ANSWERS = (
             refunded = True
     return not refunded or bool(looked_up)'''),
     )),
-    # Shares one Meter between the measurements.
     WrongAnswer("anatomy_q6a", "shared-meter", "q6a-code", (
         ("costs_q6 = []\nfor max_rounds in range(1, 7):\n    tools, _ = make_environment()\n"
          "    meter = Meter()\n",
          "costs_q6 = []\nmeter = Meter()\nfor max_rounds in range(1, 7):\n"
          "    tools, _ = make_environment()\n"),
     )),
-    # Draws both measurements in one panel.
     WrongAnswer("anatomy_q6b", "one-panel", "q6b-code", (
         ('tokens_ax.plot(rounds, [row["prompt_tokens"]',
          'calls_ax.plot(rounds, [row["prompt_tokens"]'),
     )),
-    # Falls back to 5000 cents when the configuration has no limit.
     WrongAnswer("anatomy_q7b", "falls-back-to-5000", "q7b-code", (
         ('config.get("auto_refund_limit_cents")',
          'config.get("auto_refund_limit_cents", AUTO_REFUND_LIMIT_CENTS)'),
@@ -185,10 +170,6 @@ WRONG_ANSWERS = (
 def wrong_answer_name(wrong: WrongAnswer) -> str:
     """The fixture's file stem, e.g. wrong-q3b-one-repeat-late."""
     return f"wrong-{wrong.question.split('_')[-1]}-{wrong.slug}"
-
-
-# ---------------------------------------------------------------------------------------------
-# The fixture submissions
 
 
 def question_points(source: nbformat.NotebookNode) -> dict[str, tuple[float, bool]]:
@@ -292,13 +273,8 @@ def fixture_files(root: Path) -> dict[str, str]:
 
 
 def committed_fixtures(root: Path) -> dict[str, str]:
-    folder = root / FIXTURES_DIR
-    return {path.relative_to(root).as_posix(): path.read_text(encoding="utf-8")
-            for path in sorted(folder.rglob("*.ipynb"))}
-
-
-# ---------------------------------------------------------------------------------------------
-# Grading
+    return read_files(root, [path.relative_to(root).as_posix()
+                             for path in (root / FIXTURES_DIR).rglob("*.ipynb")])
 
 
 def docker_available() -> bool:
@@ -306,23 +282,6 @@ def docker_available() -> bool:
     docker = shutil.which("docker")
     return docker is not None and subprocess.run(
         [docker, "info"], capture_output=True).returncode == 0
-
-
-@contextmanager
-def grading_environment() -> Iterator[None]:
-    """The environment ``otter run`` grades in, given back unchanged afterward.
-
-    Otter prepends its conda folder to PATH on every call, so a long-lived process that
-    grades many submissions keeps PATH as it was. The kernel draws figures with Agg:
-    nothing is displayed while grading, so rendering each plot as a picture is wasted.
-    """
-    saved = dict(os.environ)
-    os.environ["MPLBACKEND"] = "agg"
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
 
 
 @dataclass(frozen=True)
@@ -337,13 +296,8 @@ class Graded:
 
 @contextmanager
 def cell_time_limit(seconds: float) -> Iterator[None]:
-    """Interrupt any cell of a graded notebook that runs longer than ``seconds``.
-
-    Otter executes notebooks with nbconvert's ExecutePreprocessor and gives it no time limit.
-    With one, and interrupting instead of stopping, a cell that never ends raises
-    KeyboardInterrupt in the kernel and grading goes on with the next cell: only the question
-    that hangs loses its points.
-    """
+    """Interrupt any cell that runs longer than ``seconds`` (otter sets no limit on its
+    ExecutePreprocessor), so that only the question that hangs loses its points."""
     import nbconvert.preprocessors as preprocessors
 
     original = preprocessors.ExecutePreprocessor
@@ -360,11 +314,8 @@ def cell_time_limit(seconds: float) -> Iterator[None]:
             # run) get more: stopping them would cost every question, not one.
             return max(1, round(seconds)) * (5 if "from otter" in cell.source else 1)
 
-    preprocessors.ExecutePreprocessor = TimedPreprocessor
-    try:
+    with patch.object(preprocessors, "ExecutePreprocessor", TimedPreprocessor):
         yield
-    finally:
-        preprocessors.ExecutePreprocessor = original
 
 
 CHECK_CALL = re.compile(r"""grader\.check\(["'](\w+)["']""")
@@ -394,14 +345,8 @@ def cell_errors(notebook: nbformat.NotebookNode) -> dict[str, str]:
 
 
 def grade_one(submission: Path, autograder: Path, timeout: float = 300) -> Graded:
-    """One submission graded as ``otter run`` grades it, each cell within ``timeout`` seconds.
-
-    ``otter.api.grade_submission`` is the programmatic form of ``otter run``: it unpacks the
-    autograder zip into a scratch folder, executes the notebook in a fresh kernel and runs
-    every test. Calling it in a long-lived process spares each submission the second it
-    takes to import otter again. A file that is no notebook, or a kernel that dies, is
-    reported in the status and scores nothing; it never stops a class.
-    """
+    """One submission graded by ``otter run``'s API, each cell within ``timeout`` seconds;
+    an unreadable file or a dead kernel is reported in the status and scores nothing."""
     from otter.api import grade_submission
 
     try:
@@ -409,7 +354,9 @@ def grade_one(submission: Path, autograder: Path, timeout: float = 300) -> Grade
     except Exception as error:  # nbformat and zipfile raise many kinds for a bad file
         return Graded({}, f"unreadable: {type(error).__name__}: {error}"[:200])
     try:
-        with grading_environment(), cell_time_limit(timeout):
+        # Figures drawn with Agg, as nothing is shown; patch.dict restores the environment
+        # afterward, as otter prepends to PATH on every call.
+        with patch.dict(os.environ, MPLBACKEND="agg"), cell_time_limit(timeout):
             results = grade_submission(str(submission), str(autograder), quiet=True)
     except Exception as error:  # otter reports a broken submission by raising anything
         return Graded({}, f"not graded: {type(error).__name__}: {error}"[:200])
@@ -433,13 +380,15 @@ def start_worker() -> None:
     import otter.api  # noqa: F401
 
 
-def progress_bar(done: int, total: int, width: int = 30) -> str:
-    filled = width * done // total if total else width
-    return f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} graded"
+def show_progress(done: int, total: int, width: int = 30) -> None:
+    """A progress bar on stderr, redrawn in place."""
+    filled = width * done // total
+    print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} graded", end="",
+          file=sys.stderr, flush=True)
 
 
 def grade_in_pool(submissions: list[Path], autograder: Path, workers: int,
-                  show: Callable[[str], None] | None = None,
+                  show: Callable[[int, int], None] | None = None,
                   timeout: float = 300) -> dict[str, Graded]:
     """Grade submissions in parallel worker processes, one at a time each; by file stem."""
     graded: dict[str, Graded] = {}
@@ -453,17 +402,14 @@ def grade_in_pool(submissions: list[Path], autograder: Path, workers: int,
         for done, future in enumerate(as_completed(futures), 1):
             graded[futures[future].stem] = future.result()
             if show is not None:
-                show(progress_bar(done, len(submissions)))
+                show(done, len(submissions))
     return {name: graded[name] for name in sorted(graded)}
 
 
 def grade_in_containers(submissions: list[Path], autograder: Path, workers: int,
                         assignment: str, timeout: float = 300) -> dict[str, Graded]:
-    """Grade submissions with ``otter grade``, in Docker containers, and read its CSV.
-
-    ``otter grade`` takes one kind of file per call, notebooks or export zips, so each kind
-    present is graded in a call of its own.
-    """
+    """Grade submissions with ``otter grade`` in Docker containers, one call per kind of
+    file (notebooks, export zips), as it takes one kind per call."""
     scores: dict[str, Graded] = {}
     for ext in sorted({path.suffix.lstrip(".") for path in submissions}):
         paths = [str(path) for path in submissions if path.suffix == f".{ext}"]
@@ -479,10 +425,7 @@ def grade_in_containers(submissions: list[Path], autograder: Path, workers: int,
 
 
 def read_otter_grades(path: Path) -> dict[str, Graded]:
-    """Per-question scores by submission from the ``final_grades.csv`` that ``otter grade``
-    writes: its first row holds the points possible, and a submission otter could not grade
-    names its error in the grading status. Otter's timeout is for a whole container, so a
-    submission that runs past it scores nothing."""
+    """Per-question scores by submission from ``otter grade``'s ``final_grades.csv``."""
     from otter.grade import utils as columns
 
     summary = {columns.SCORES_DICT_FILE_KEY, columns.SCORES_DICT_TOTAL_POINTS_KEY,
@@ -502,8 +445,7 @@ def read_otter_grades(path: Path) -> dict[str, Graded]:
 
 
 def submissions_in(folder: Path) -> list[Path]:
-    """Every submission in ``folder``; the student is the file name without its extension,
-    so two files with one name would be one row, and are refused before any grading."""
+    """Every submission in ``folder``; two files for one student (stem) are refused."""
     found = sorted(path for pattern in ("*.ipynb", "*.zip") for path in folder.glob(pattern))
     if not found:
         raise GradingError(f"no submissions (.ipynb or .zip) in {folder}")
@@ -562,16 +504,8 @@ def feedback_text(name: str, graded: Graded, maximum: dict[str, float]) -> str:
     return "\n".join(lines) + "\n"
 
 
-# ---------------------------------------------------------------------------------------------
-# Written answers, collected for grading by hand
-
-
 def written_answers(notebook: nbformat.NotebookNode) -> dict[str, str]:
-    """Each hand-graded question's prompt (first line) -> the answer the student wrote.
-
-    Otter marks a hand-graded question's cells with BEGIN and END QUESTION comments; within
-    them, the answer cells carry otter's answer-cell tag.
-    """
+    """Each hand-graded question's prompt (first line) -> the answer the student wrote."""
     answers: dict[str, str] = {}
     prompt, inside = "", False
     for cell in notebook.cells:
@@ -619,10 +553,6 @@ def answers_page(submissions: Iterable[Path]) -> str:
     return "".join(parts)
 
 
-# ---------------------------------------------------------------------------------------------
-# Command line
-
-
 def build_autograder(root: Path, into: Path, assignment: str | None = None) -> Path:
     """Build the autograder zip with ``otter assign`` into ``into``; return the zip's path."""
     build(root, autograder=into)
@@ -638,23 +568,6 @@ def choose_assignment(root: Path, name: str | None) -> Path:
     if name is None and len(sources) == 1:
         return next(iter(sources.values()))
     raise GradingError(f"name the assignment with --assignment, one of: {', '.join(sources)}")
-
-
-def fixtures_command(root: Path, check: bool) -> int:
-    wanted = fixture_files(root)
-    committed = committed_fixtures(root)
-    if check:
-        stale = diff(committed, wanted)
-        if stale:
-            command = "python -m scripts.course.grading fixtures"
-            print(f"The fixture submissions are stale; run `{command}`.\n", file=sys.stderr)
-            print(stale, file=sys.stderr)
-            return 1
-        print("fixture submissions are up to date")
-        return 0
-    for relative in write(root, wanted, committed):
-        print(f"wrote {relative}" if relative in wanted else f"removed {relative}")
-    return 0
 
 
 def class_command(args: argparse.Namespace) -> int:
@@ -676,10 +589,8 @@ def class_command(args: argparse.Namespace) -> int:
             graded = grade_in_containers(submissions, autograder, args.workers, source.stem,
                                          args.timeout)
         else:
-            graded = grade_in_pool(submissions, autograder, args.workers,
-                                   show=lambda line: print(line, end="", file=sys.stderr,
-                                                           flush=True),
-                                   timeout=args.timeout)
+            graded = grade_in_pool(submissions, autograder, args.workers, show_progress,
+                                   args.timeout)
             print(file=sys.stderr)
     out = args.output
     (out / "feedback").mkdir(parents=True, exist_ok=True)
@@ -724,7 +635,9 @@ def main(argv: list[str] | None = None) -> int:
     args.root = args.root.resolve()
     try:
         if args.command == "fixtures":
-            return fixtures_command(args.root, args.check)
+            return sync(args.root, fixture_files(args.root), committed_fixtures(args.root),
+                        args.check, "fixture submissions", "python -m scripts.course.grading "
+                        "fixtures")
         return class_command(args)
     except (GradingError, ExercisesError) as error:
         print(error, file=sys.stderr)
