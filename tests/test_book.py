@@ -7,6 +7,7 @@ the check must name the specific problem. A check that passes everything would f
 
 import contextlib
 import io
+import subprocess
 import json
 import zlib
 from pathlib import Path
@@ -27,6 +28,7 @@ from scripts.checks.book_checks import (
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 REPO = "https://github.com/example/tiny"
+PINNED = "0123456789abcdef0123456789abcdef01234567"  # a commit hash of the right form
 
 CONFIG = f"""\
 project:
@@ -135,7 +137,8 @@ def book(tmp_path: Path) -> Path:
     (tmp_path / "requirements.txt").write_text("numpy==2.4.6\n")
     (tmp_path / "requirements-dev.txt").write_text("-r requirements.txt\npytest==9.2.0\n")
     (tmp_path / "environment.yml").write_text(ENVIRONMENT, encoding="utf-8")
-    (tmp_path / "pyproject.toml").write_text('[project]\nname = "tiny"\nversion = "0.3.1"\n')
+    (tmp_path / "pyproject.toml").write_text(
+        f'[project]\nname = "tiny"\n\n[tool.agentbook]\nrelease = "{PINNED}"\n')
     write_notebook(tmp_path / "chapters" / "01_one.ipynb", chapter_cells())
     for check in book_checks.CHECKS:
         assert check(tmp_path) == [], check.__name__
@@ -244,7 +247,7 @@ def test_binder_and_colab_badges_follow_the_repository_in_quarto_yml(book: Path)
     assert check_launch_links(REPO_ROOT) == []
 
 def test_a_notebook_that_imports_agentbook_installs_it_first(book: Path) -> None:
-    install = book_checks.INSTALL_CELL.format(repo_url=REPO, tag="v0.3.1")
+    install = book_checks.INSTALL_CELL.format(repo_url=REPO, ref=PINNED)
     exercises = book / "exercises"
     write_notebook(exercises / "good.ipynb", [code_cell(install), code_cell("import agentbook")])
     write_notebook(exercises / "none.ipynb", [code_cell("from agentbook import run_agent")])
@@ -259,7 +262,7 @@ def test_a_notebook_that_imports_agentbook_installs_it_first(book: Path) -> None
         code_cell("from agentbook import *"),
     ])
     write_notebook(book / "notebooks" / "unpinned.ipynb", [
-        code_cell(install.replace("@v0.3.1", "")), code_cell("import agentbook"),
+        code_cell(install.replace(f"@{PINNED}", "")), code_cell("import agentbook"),
     ])
     assert check_install_cells(book) == [
         "exercises/late.ipynb: code cell 1 imports agentbook, but no install cell comes before it",
@@ -267,19 +270,48 @@ def test_a_notebook_that_imports_agentbook_installs_it_first(book: Path) -> None
         "installed it must print nothing",
         "exercises/none.ipynb: code cell 1 imports agentbook, but no install cell comes before it",
         "exercises/other.ipynb: the install cell differs from the book's, which installs the "
-        "release v0.3.1 (see INSTALL_CELL in scripts/checks/book_checks.py)",
+        f"release {PINNED[:12]} (see INSTALL_CELL in scripts/checks/book_checks.py)",
         "notebooks/unpinned.ipynb: the install cell differs from the book's, which installs the "
-        "release v0.3.1 (see INSTALL_CELL in scripts/checks/book_checks.py)",
+        f"release {PINNED[:12]} (see INSTALL_CELL in scripts/checks/book_checks.py)",
     ]
     (book / "pyproject.toml").write_text('[project]\nname = "tiny"\n')
     assert check_install_cells(book) == [
-        "pyproject.toml: [project] has no version, so the install cells have no release tag "
+        "pyproject.toml: [tool.agentbook] has no release, so the install cells have no commit "
         "to pin"]
     assert check_install_cells(REPO_ROOT) == []
+
+def test_the_pinned_release_is_a_commit_holding_the_package_as_it_is(tmp_path: Path) -> None:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(tmp_path), *args], check=True,
+                              capture_output=True, text=True).stdout.strip()
+
+    def pin(commit: str) -> list[str]:
+        (tmp_path / "pyproject.toml").write_text(f'[tool.agentbook]\nrelease = "{commit}"\n')
+        return book_checks.check_release(tmp_path)
+
+    (tmp_path / "agentbook").mkdir()
+    (tmp_path / "agentbook" / "kernel.py").write_text("A = 1\n")
+    git("init", "-q")
+    git("-c", "user.name=a", "-c", "user.email=a@b", "commit", "-qm", "one", "--allow-empty")
+    git("add", "agentbook")
+    git("-c", "user.name=a", "-c", "user.email=a@b", "commit", "-qm", "two")
+    first, second = git("rev-list", "--reverse", "HEAD").split()
+    assert pin(second) == []
+    assert pin("v0.1.0") == [
+        "pyproject.toml: [tool.agentbook] release must be the full hash of a commit"]
+    assert pin(PINNED) == [
+        f"pyproject.toml: release {PINNED[:12]} is not a commit of this repository"]
+    assert pin(first) == [
+        f"agentbook/ has changed since the pinned release {first[:12]}: commit it, pin that "
+        "commit in pyproject.toml and run `python3 dev.py book`"]
+    (tmp_path / "agentbook" / "kernel.py").write_text("A = 2\n")  # edited since the pin
+    assert pin(second) != []
+    assert book_checks.check_release(REPO_ROOT) == []
+
 
 def test_the_install_cell_prints_nothing_where_agentbook_is_installed() -> None:
     """Run here, where the package is installed: the cell must neither print nor install."""
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        exec(book_checks.INSTALL_CELL.format(repo_url=REPO, tag="v0.3.1"), {})
+        exec(book_checks.INSTALL_CELL.format(repo_url=REPO, ref=PINNED), {})
     assert out.getvalue() == ""

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from scripts.checks.book_checks import INSTALL_CELL
+from scripts.checks.book_checks import INSTALL_CELL, release_commit
 from scripts.course.exercises import (
     ExercisesError,
     bundle_tests,
@@ -31,7 +31,7 @@ STUDENT = REPO_ROOT / "exercises" / "anatomy-exercises.ipynb"
 PUBLIC_TESTS = REPO_ROOT / "exercises" / "tests"
 
 COLAB_INSTALL_CELL = INSTALL_CELL.format(repo_url="https://github.com/agentbook/agentbook",
-                                         tag="v0.1.0")
+                                         ref=release_commit(REPO_ROOT))
 
 BOUNDARY = re.compile(r"#\s+(begin|end)\s+(question|prompt|solution|tests)\b", re.IGNORECASE)
 # Everything otter's markers look like; none of it may reach a student.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 import textwrap
 import tomllib
@@ -41,16 +42,17 @@ IMPORTS_AGENTBOOK = re.compile(r"^\s*(?:from\s+agentbook[\s.]|import\s+agentbook
 CONDA_PIN = re.compile(r"^([A-Za-z0-9_.\-]+)\s*(?:==?|\s)\s*([^\s=<>!,*]+)$")
 PIP_PIN = re.compile(r"^([A-Za-z0-9_.\-]+)\s*==\s*([^\s;#]+)")
 
-# The first code cell of a notebook that imports the package: on Colab it installs the release
-# the notebook belongs to (see release_tag); elsewhere it prints nothing, as nbval expects.
+# The first code cell of a notebook that imports the package: on Colab it installs the package
+# from the commit the book pins (see release_commit); elsewhere it prints nothing, as nbval
+# expects. The autograder installs from the same commit.
 INSTALL_CELL = """\
-# On Colab the book's package is not installed yet: install the release
-# this notebook belongs to. Everywhere else this cell does nothing.
+# On Colab the book's package is not installed yet: install it as it was
+# when this notebook was made. Everywhere else this cell does nothing.
 import importlib.util
 import subprocess
 import sys
 
-RELEASE = "git+{repo_url}@{tag}"
+RELEASE = "git+{repo_url}@{ref}"
 if importlib.util.find_spec("agentbook") is None:
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
                     f"agentbook @ {{RELEASE}}"], check=True)"""
@@ -90,12 +92,30 @@ def repository(config: dict[str, Any]) -> tuple[str, str]:
     return (match.group(1) if match else ""), str(book.get("repo-branch") or "main")
 
 
-def release_tag(root: Path) -> str:
-    """The git tag of the release the install cells pin: "v" and pyproject.toml's version."""
+def release_commit(root: Path) -> str:
+    """The commit whose package the install cells and the autograder install: `release` under
+    `[tool.agentbook]` in pyproject.toml, the one place that pins it."""
     path = root / "pyproject.toml"
-    project = tomllib.loads(path.read_text(encoding="utf-8")).get("project", {}) \
-        if path.is_file() else {}
-    return f"v{project['version']}" if project.get("version") else ""
+    config = tomllib.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    return str(config.get("tool", {}).get("agentbook", {}).get("release", ""))
+
+
+def check_release(root: Path) -> list[str]:
+    """The pinned commit is one of this repository's and holds the package as it is now, so
+    a notebook installs the code it was made with. Outside a git clone only its form is checked."""
+    commit = release_commit(root)
+    if not re.fullmatch(r"[0-9a-f]{40}", commit):
+        return ["pyproject.toml: [tool.agentbook] release must be the full hash of a commit"]
+    if not (root / ".git").exists():
+        return []
+    git = ("git", "-C", str(root))
+    if subprocess.run([*git, "cat-file", "-e", f"{commit}^{{commit}}"],
+                      capture_output=True).returncode:
+        return [f"pyproject.toml: release {commit[:12]} is not a commit of this repository"]
+    if subprocess.run([*git, "diff", "--quiet", commit, "--", "agentbook"]).returncode:
+        return [f"agentbook/ has changed since the pinned release {commit[:12]}: commit it, "
+                "pin that commit in pyproject.toml and run `python3 dev.py book`"]
+    return []
 
 
 def binder_url(slug: str, branch: str, path: str) -> str:
@@ -451,11 +471,11 @@ def check_install_cells(root: Path) -> list[str]:
     """A notebook under chapters/ or exercises/ that imports agentbook first runs the install
     cell, unchanged and with no stored output."""
     slug, _ = repository(load_config(root))
-    tag = release_tag(root)
-    if not tag:
-        return ["pyproject.toml: [project] has no version, so the install cells have no "
-                "release tag to pin"]
-    expected = INSTALL_CELL.format(repo_url=f"https://github.com/{slug}", tag=tag)
+    commit = release_commit(root)
+    if not commit:
+        return ["pyproject.toml: [tool.agentbook] has no release, so the install cells have "
+                "no commit to pin"]
+    expected = INSTALL_CELL.format(repo_url=f"https://github.com/{slug}", ref=commit)
     problems = []
     notebooks = [path for folder in NOTEBOOK_DIRS
                  for path in sorted((root / folder).rglob("*.ipynb"))
@@ -475,7 +495,7 @@ def check_install_cells(root: Path) -> list[str]:
             continue
         if cell_source(installs[0]).strip() != expected:
             problems.append(f"{name}: the install cell differs from the book's, which "
-                            f"installs the release {tag} (see INSTALL_CELL in "
+                            f"installs the release {commit[:12]} (see INSTALL_CELL in "
                             "scripts/checks/book_checks.py)")
         if installs[0].get("outputs"):
             problems.append(f"{name}: the install cell has stored outputs; where the package "
@@ -484,7 +504,7 @@ def check_install_cells(root: Path) -> list[str]:
 
 
 CHECKS = (check_listed_files, check_crossrefs, check_citations, check_diagrams, check_figures,
-          check_environment, check_launch_links, check_install_cells)
+          check_environment, check_launch_links, check_release, check_install_cells)
 
 
 def main(argv: list[str] | None = None) -> int:
