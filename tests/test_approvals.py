@@ -26,22 +26,9 @@ from agentbook import (
     overreaching_model,
     resume_with_decisions,
     run_with_approvals,
-    tool_call_message,
 )
 
-TASK = "Order A-17 arrived damaged. Please make this right."
-
-
-def entry(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    return tool_call_message(call_id, name, arguments)["tool_calls"][0]
-
-
-def refund(call_id: str, cents: int) -> dict[str, Any]:
-    return entry(call_id, "refund_order", {"order_id": "A-17", "amount_cents": cents})
-
-
-def message(*entries: dict[str, Any]) -> dict[str, Any]:
-    return {"role": "assistant", "content": None, "tool_calls": list(entries)}
+from tests.desk_messages import TASK, entry, message, refund
 
 
 def mixed_model() -> ScriptedModel:
