@@ -2,8 +2,8 @@
 
     python -m scripts.course.grading fixtures [--check]
         write (or check) the graded fixtures in tests/fixtures/submissions/: the
-        correct solution, the unanswered student notebook and one plausible
-        wrong answer per autograded question, all made from the annotated source
+        correct solution, the unanswered student notebook and each plausible
+        wrong answer of exercises/source/wrong-answers.yml, made from the annotated source
     python -m scripts.course.grading class DIR [-o grades.csv] [--autograder ZIP] [--workers N]
         grade every notebook (or otter export zip) in DIR and write one CSV of
         per-question scores, plus a web page of every written answer by question
@@ -73,98 +73,18 @@ class WrongAnswer:
     edits: tuple[tuple[str, str], ...]  # (text in the correct answer, what the student wrote)
 
 
-# One plausible mistake per autograded question (two for the windowed loop); each must lose
-# points on its own question and no other.
-WRONG_ANSWERS = (
-    WrongAnswer("anatomy_q1b", "no-turn-budget", "q1b-code", (
-        ("allow_all, Limits(max_turns=2))", "allow_all)"),
-    )),
-    WrongAnswer("anatomy_q2b", "valid-json", "q2b-code", (
-        ('''bad_json = {"role": "assistant", "content": None,
-            "tool_calls": [{"id": "call_b2", "type": "function",
-                            "function": {"name": "refund_order",
-                                         "arguments": '{"order_id": "A-17", "amount_cents": 49'}}]}''',  # noqa: E501
-         'bad_json = tool_call_message("call_b2", "refund_order", {"order_id": "A-17"})'),
-    )),
-    WrongAnswer("anatomy_q3a", "two-amounts", "q3a-code", (
-        ("amounts = (8000, 6000, 9999)", "amounts = (9998, 9999)"),
-    )),
-    WrongAnswer("anatomy_q3b", "keyed-on-arguments", "q3b-code", (
-        ("failure = (call.name, observation.kind, str(observation.content))",
-         "failure = (call.name, observation.kind, str(call.arguments))"),
-    )),
-    WrongAnswer("anatomy_q3b", "one-repeat-late", "q3b-code", (
-        ("recent.count(failure) >= limits", "recent.count(failure) > limits"),
-    )),
-    WrongAnswer("anatomy_q4a", "one-id", "q4a-code", (
-        ('tool_call_message("call_p2", "read_policy"',
-         'tool_call_message("call_p1", "read_policy"'),
-    )),
-    WrongAnswer("anatomy_q4b", "pairs-by-id", "q4b-code", (
-        ("return list(zip(proposed, answered, strict=False))",
-         "return [(call_id, call_id) for call_id in proposed if call_id in answered]"),
-    )),
-    WrongAnswer("anatomy_q4c", "one-id", "q4c-code", (
-        ('second_refund = tool_call_message("call_r2"',
-         'second_refund = tool_call_message("call_r1"'),
-    )),
-    WrongAnswer("anatomy_q5a", "shared-model", "q5a-code", (
-        ("def receipt_liar() -> ScriptedModel:",
-         'LIAR = ScriptedModel(turns=[answer_message("Refunded: receipt RF-2024-118877.")])\n\n\n'
-         "def receipt_liar() -> ScriptedModel:"),
-        ('''    return ScriptedModel(turns=[answer_message(
-        "Good news - your refund of 4999 cents for order A-17 is complete. "
-        "Your receipt number is RF-2024-118877."
-    )])''', "    return LIAR"),
-    )),
-    WrongAnswer("anatomy_q5b", "any-lookup", "q5b-code", (
-        ("looked_up: set[Any] = set()", "looked_up: set[Any] = set()\n    refunded = False"),
-        ('''        elif call.name == "refund_order" and order_id not in looked_up:
-            return False
-    return True''', '''        elif call.name == "refund_order":
-            refunded = True
-    return not refunded or bool(looked_up)'''),
-    )),
-    WrongAnswer("anatomy_q6a", "shared-meter", "q6a-code", (
-        ("costs_q6 = []\nfor max_rounds in range(1, 7):\n    tools, _ = make_environment()\n"
-         "    meter = Meter()\n",
-         "costs_q6 = []\nmeter = Meter()\nfor max_rounds in range(1, 7):\n"
-         "    tools, _ = make_environment()\n"),
-    )),
-    WrongAnswer("anatomy_q6b", "one-panel", "q6b-code", (
-        ('tokens_ax.plot(rounds, [row["prompt_tokens"]',
-         'calls_ax.plot(rounds, [row["prompt_tokens"]'),
-    )),
-    WrongAnswer("anatomy_q7b", "falls-back-to-5000", "q7b-code", (
-        ('config.get("auto_refund_limit_cents")',
-         'config.get("auto_refund_limit_cents", AUTO_REFUND_LIMIT_CENTS)'),
-    )),
-    # Chapter 2. Runs the plain loop behind the plain gate, so nothing waits for a person.
-    WrongAnswer("durable_q1b", "refund-gate", "q1b-code", (
-        ("paused_q1 = run_with_approvals(TASK, three_bands(), tools_q1, ApprovalPolicy())",
-         "paused_q1 = run_agent(TASK, three_bands(), tools_q1, refund_gate)"),
-    )),
-    # Refuses a decision exactly max_age old.
-    WrongAnswer("durable_q2a", "strict-age", "q2a-code", (
-        ("now - when > max_age", "now - when >= max_age"),
-    )),
-    # Serializes the arguments in whatever order they came.
-    WrongAnswer("durable_q3a", "unsorted-keys", "q3a-code", (
-        ("sort_keys=True,\n                           separators",
-         "separators"),
-    )),
-    # Leaves out the intents the desk applied, as if applied meant settled.
-    WrongAnswer("durable_q4a", "applied-left-out", "q4a-code", (
-        ('if record["kind"] == "intent" and record["key"] not in done}',
-         'if record["kind"] == "intent" and record["key"] not in done\n'
-         '            and lookup(record["key"]) is None}'),
-    )),
-    # Counts every span with an error type, the agent's own included.
-    WrongAnswer("durable_q6a", "every-span", "q6a-code", (
-        ('if attributes.get("gen_ai.operation.name") == "execute_tool" and kind:',
-         "if kind:"),
-    )),
-)
+def read_wrong_answers(path: Path) -> tuple[WrongAnswer, ...]:
+    """The plausible wrong answers in ``path``; its header says what an entry holds."""
+    import yaml
+
+    entries = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return tuple(WrongAnswer(entry["question"], entry["slug"], entry["cell"],
+                             tuple((edit["correct"], edit["wrong"]) for edit in entry["edits"]))
+                 for entry in entries)
+
+
+WRONG_ANSWERS_FILE = "exercises/source/wrong-answers.yml"
+WRONG_ANSWERS = read_wrong_answers(ROOT / WRONG_ANSWERS_FILE)
 
 
 def wrong_answer_name(wrong: WrongAnswer) -> str:
@@ -263,7 +183,7 @@ def fixture_files(root: Path) -> dict[str, str]:
         source_ids = {cell.id for cell in source.cells}
         correct = correct_submission(student, source)
         notebooks = {"correct": correct, "unanswered": student}
-        for wrong in WRONG_ANSWERS:
+        for wrong in read_wrong_answers(root / WRONG_ANSWERS_FILE):
             if wrong.question.startswith(f"{assignment}_"):
                 notebooks[wrong_answer_name(wrong)] = with_wrong_answer(correct, wrong)
         folder = fixtures_folder(assignment)
