@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
@@ -32,13 +33,12 @@ from pathlib import Path
 from unittest.mock import patch
 
 import nbformat
+import yaml
 
 from scripts.build.generated import read_files, sync
 from scripts.course.exercises import ExercisesError, build, normalize, source_notebooks
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCE = "exercises/source/anatomy-exercises.ipynb"
-STUDENT = "exercises/anatomy-exercises.ipynb"
 FIXTURES_DIR = "tests/fixtures/submissions"
 ANSWER_TAG = "otter_answer_cell"
 POSSIBLE = "points possible"  # the grades' first row: what each column is out of
@@ -75,8 +75,6 @@ class WrongAnswer:
 
 def read_wrong_answers(path: Path) -> tuple[WrongAnswer, ...]:
     """The plausible wrong answers in ``path``; its header says what an entry holds."""
-    import yaml
-
     entries = yaml.safe_load(path.read_text(encoding="utf-8"))
     return tuple(WrongAnswer(entry["question"], entry["slug"], entry["cell"],
                              tuple((edit["correct"], edit["wrong"]) for edit in entry["edits"]))
@@ -94,8 +92,6 @@ def wrong_answer_name(wrong: WrongAnswer) -> str:
 
 def question_points(source: nbformat.NotebookNode) -> dict[str, tuple[float, bool]]:
     """Every question of the annotated source: name -> (points, graded by hand)."""
-    import yaml
-
     questions = {}
     for cell in source.cells:
         if cell.cell_type == "raw" and re.match(r"#\s*BEGIN QUESTION", cell.source):
@@ -139,10 +135,7 @@ def correct_submission(student: nbformat.NotebookNode,
     previous = ""
     for cell in filled.cells:
         if ANSWER_TAG in cell.metadata.get("tags", []):
-            if cell.cell_type == "code":
-                cell.source = code[cell.id]
-            else:
-                cell.source = answers[previous]
+            cell.source = code[cell.id] if cell.cell_type == "code" else answers[previous]
         previous = cell.id
     return filled
 
@@ -159,17 +152,9 @@ def with_wrong_answer(correct: nbformat.NotebookNode, wrong: WrongAnswer) -> nbf
     return notebook
 
 
-def assignment_name(source: Path) -> str:
-    """The assignment an exercises notebook holds: ``anatomy`` for anatomy-exercises."""
-    return source.stem.removesuffix("-exercises")
-
-
 def fixtures_folder(assignment: str) -> str:
-    """Where one assignment's fixture submissions live, relative to the root.
-
-    The first chapter's sit directly in FIXTURES_DIR, where they were before a second
-    assignment existed; every later one has a folder of its own, named after it.
-    """
+    """Where one assignment's fixture submissions live, relative to the root: the first
+    chapter's directly in FIXTURES_DIR, as before there were two, each later one's in a folder."""
     return FIXTURES_DIR if assignment == "anatomy" else f"{FIXTURES_DIR}/{assignment}"
 
 
@@ -177,7 +162,7 @@ def fixture_files(root: Path) -> dict[str, str]:
     """Every fixture submission of every assignment: path relative to ``root`` -> text."""
     files: dict[str, str] = {}
     for source_path in source_notebooks(root):
-        assignment = assignment_name(source_path)
+        assignment = source_path.stem.removesuffix("-exercises")  # anatomy-exercises: anatomy
         student = nbformat.read(root / "exercises" / source_path.name, as_version=4)
         source = nbformat.read(source_path, as_version=4)
         source_ids = {cell.id for cell in source.cells}
@@ -443,8 +428,6 @@ def read_submission(path: Path) -> nbformat.NotebookNode:
     """The notebook of a submission: the file itself, or the one notebook in an export zip."""
     if path.suffix != ".zip":
         return nbformat.read(path, as_version=4)
-    import zipfile
-
     with zipfile.ZipFile(path) as archive:
         names = [name for name in archive.namelist() if name.endswith(".ipynb")]
         if len(names) != 1:
