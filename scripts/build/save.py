@@ -306,12 +306,6 @@ def _render_all(public: list[str]) -> str:
     return "\n".join(["__all__ = [", *(f'    "{name}",' for name in public), "]"])
 
 
-def generated_files(root: Path) -> list[Path]:
-    """The package's modules that this tool wrote (not the hand-written ones), relative to root."""
-    package = root / PACKAGE_DIR
-    return sorted(path.relative_to(root) for path in package.glob("*.py") if _is_generated(path))
-
-
 def _is_generated(path: Path) -> bool:
     with path.open(encoding="utf-8", errors="replace") as file:
         return file.readline().startswith(GENERATED_PREFIX)
@@ -319,8 +313,11 @@ def _is_generated(path: Path) -> bool:
 
 def _committed_and_wanted(root: Path,
                           modules: dict[Path, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """The modules on disk this tool wrote (not the hand-written ones), and those wanted."""
     wanted = {path.as_posix(): text for path, text in modules.items()}
-    return read_files(root, [*wanted, *(p.as_posix() for p in generated_files(root))]), wanted
+    generated = [path.relative_to(root).as_posix()
+                 for path in (root / PACKAGE_DIR).glob("*.py") if _is_generated(path)]
+    return read_files(root, [*wanted, *generated]), wanted
 
 
 def write_modules(root: Path, modules: dict[Path, str]) -> list[str]:
