@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -285,17 +285,10 @@ def start_worker() -> None:
     import otter.api  # noqa: F401
 
 
-def show_progress(done: int, total: int, width: int = 30) -> None:
-    """A progress bar on stderr, redrawn in place."""
-    filled = width * done // total
-    print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} graded", end="",
-          file=sys.stderr, flush=True)
-
-
 def grade_in_pool(submissions: list[Path], autograder: Path, workers: int,
-                  show: Callable[[int, int], None] | None = None,
                   timeout: float = 300) -> dict[str, Graded]:
-    """Grade submissions in parallel worker processes, one at a time each; by file stem."""
+    """Grade submissions in parallel worker processes, one at a time each, with a progress
+    bar on stderr; by file stem."""
     graded: dict[str, Graded] = {}
     # Spawned, not forked: a fork of a process that holds kernel connections can inherit
     # their sockets, and otter's kernels must start clean.
@@ -306,8 +299,9 @@ def grade_in_pool(submissions: list[Path], autograder: Path, workers: int,
                    for path in submissions}
         for done, future in enumerate(as_completed(futures), 1):
             graded[futures[future].stem] = future.result()
-            if show is not None:
-                show(done, len(submissions))
+            bar = "#" * (30 * done // len(submissions))
+            print(f"\r[{bar:.<30}] {done}/{len(submissions)} graded", end="", file=sys.stderr,
+                  flush=True)
     return {name: graded[name] for name in sorted(graded)}
 
 
@@ -456,10 +450,10 @@ def answers_page(submissions: Iterable[Path]) -> str:
     return "".join(parts)
 
 
-def build_autograder(root: Path, into: Path, assignment: str | None = None) -> Path:
+def build_autograder(root: Path, into: Path, assignment: str) -> Path:
     """Build the autograder zip with ``otter assign`` into ``into``; return the zip's path."""
     build(root, autograder=into)
-    [archive] = sorted(into.glob(f"{assignment or '*'}/*.zip"))
+    [archive] = sorted(into.glob(f"{assignment}/*.zip"))
     return archive
 
 
@@ -492,8 +486,7 @@ def class_command(args: argparse.Namespace) -> int:
             graded = grade_in_containers(submissions, autograder, args.workers, source.stem,
                                          args.timeout)
         else:
-            graded = grade_in_pool(submissions, autograder, args.workers, show_progress,
-                                   args.timeout)
+            graded = grade_in_pool(submissions, autograder, args.workers, args.timeout)
             print(file=sys.stderr)
     out = args.output
     (out / "feedback").mkdir(parents=True, exist_ok=True)
