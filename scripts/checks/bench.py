@@ -49,12 +49,6 @@ def timed(action: Callable[[], object]) -> float:  # seconds on the clock
     return time.perf_counter() - start
 
 
-def children_cpu() -> float:
-    """Processor seconds (user and system) used so far by finished child processes."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def report(label: str, seconds: list[float], unit: str = "s", scale: float = 1.0) -> None:
     shown = [value * scale for value in seconds]
     spread = f"  min {min(shown):.2f} {unit}, max {max(shown):.2f} {unit}" if len(shown) > 1 else ""
@@ -97,10 +91,12 @@ class Timing:
 
 
 def run_timed(command: list[str], cwd: Path, environment: dict[str, str]) -> Timing:
-    cpu_before, start = children_cpu(), time.perf_counter()
+    # Processor time (user and system) is counted over finished child processes.
+    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     done = subprocess.run(command, cwd=cwd, env=environment, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    return Timing(wall, children_cpu() - cpu_before, done.returncode, done.stdout + done.stderr)
+    wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return Timing(wall, cpu, done.returncode, done.stdout + done.stderr)
 
 
 def clone_and_time(python: str, installer: str, scratch: Path) -> Iterator[tuple[str, Timing]]:
