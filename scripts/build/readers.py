@@ -4,9 +4,7 @@
     python -m scripts.build.readers --check   exit 1 with a diff when one is stale
 
 Each listed notebook gets a namesake in `notebooks/`: its code cells byte for byte less their
-`#|` lines, its markdown converted by pandoc (pypandoc-binary) and `filters/reader-*.lua`:
-callouts as blockquotes, plain ```mermaid fences, the book's numbers for references, and
-author-date citations with the works cited at the end.
+`#|` lines, its markdown converted by pandoc and `filters/reader-*.lua` (README: Releases).
 """
 
 from __future__ import annotations

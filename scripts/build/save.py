@@ -133,22 +133,16 @@ def saved_cells(notebook: Path, root: Path) -> Iterator[SavedCell]:
         yield SavedCell(where, str(cell_id), position, cell.source)
 
 
+# The statements whose name in an error is not their class's name in lower case (ast.If: "an
+# if statement", ast.Pass: "a pass statement").
 _STATEMENT_KINDS: dict[type[ast.stmt], str] = {
     ast.AugAssign: "an augmented assignment",
     ast.For: "a for loop",
     ast.AsyncFor: "an async for loop",
     ast.While: "a while loop",
-    ast.If: "an if statement",
-    ast.With: "a with statement",
     ast.AsyncWith: "an async with statement",
-    ast.Match: "a match statement",
-    ast.Try: "a try statement",
     ast.TryStar: "a try statement",
-    ast.Raise: "a raise statement",
-    ast.Assert: "an assert statement",
     ast.Delete: "a del statement",
-    ast.Pass: "a pass statement",
-    ast.Global: "a global statement",
 }
 
 _TARGET_KINDS: dict[type[ast.expr], str] = {
@@ -190,7 +184,9 @@ def _disallowed_kind(stmt: ast.stmt) -> str | None:
         return "a call expression" if isinstance(stmt.value, ast.Call) else "an expression"
     if isinstance(stmt, ast.Assign | ast.AnnAssign):
         return _disallowed_assignment(stmt)
-    return _STATEMENT_KINDS.get(type(stmt), f"a {type(stmt).__name__} statement")
+    name = type(stmt).__name__.lower()
+    article = "an" if name[0] in "aeiou" else "a"
+    return _STATEMENT_KINDS.get(type(stmt), f"{article} {name} statement")
 
 
 def _disallowed_assignment(stmt: ast.Assign | ast.AnnAssign) -> str | None:
@@ -306,12 +302,6 @@ def _render_all(public: list[str]) -> str:
     return "\n".join(["__all__ = [", *(f'    "{name}",' for name in public), "]"])
 
 
-def generated_files(root: Path) -> list[Path]:
-    """The package's modules that this tool wrote (not the hand-written ones), relative to root."""
-    package = root / PACKAGE_DIR
-    return sorted(path.relative_to(root) for path in package.glob("*.py") if _is_generated(path))
-
-
 def _is_generated(path: Path) -> bool:
     with path.open(encoding="utf-8", errors="replace") as file:
         return file.readline().startswith(GENERATED_PREFIX)
@@ -319,8 +309,11 @@ def _is_generated(path: Path) -> bool:
 
 def _committed_and_wanted(root: Path,
                           modules: dict[Path, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """The modules on disk this tool wrote (not the hand-written ones), and those wanted."""
     wanted = {path.as_posix(): text for path, text in modules.items()}
-    return read_files(root, [*wanted, *(p.as_posix() for p in generated_files(root))]), wanted
+    generated = [path.relative_to(root).as_posix()
+                 for path in (root / PACKAGE_DIR).glob("*.py") if _is_generated(path)]
+    return read_files(root, [*wanted, *generated]), wanted
 
 
 def write_modules(root: Path, modules: dict[Path, str]) -> list[str]:

@@ -49,12 +49,6 @@ def timed(action: Callable[[], object]) -> float:  # seconds on the clock
     return time.perf_counter() - start
 
 
-def children_cpu() -> float:
-    """Processor seconds (user and system) used so far by finished child processes."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def report(label: str, seconds: list[float], unit: str = "s", scale: float = 1.0) -> None:
     shown = [value * scale for value in seconds]
     spread = f"  min {min(shown):.2f} {unit}, max {max(shown):.2f} {unit}" if len(shown) > 1 else ""
@@ -97,10 +91,12 @@ class Timing:
 
 
 def run_timed(command: list[str], cwd: Path, environment: dict[str, str]) -> Timing:
-    cpu_before, start = children_cpu(), time.perf_counter()
+    # Processor time (user and system) is counted over finished child processes.
+    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     done = subprocess.run(command, cwd=cwd, env=environment, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    return Timing(wall, children_cpu() - cpu_before, done.returncode, done.stdout + done.stderr)
+    wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return Timing(wall, cpu, done.returncode, done.stdout + done.stderr)
 
 
 def clone_and_time(python: str, installer: str, scratch: Path) -> Iterator[tuple[str, Timing]]:
@@ -150,14 +146,12 @@ def bench_import(python: str, runs: int) -> None:
              "from agentbook import *": "from agentbook import *"}
     for code in cases.values():  # warm up: bytecode caches written, files in memory
         interpreter_time(python, code)
-    wall: dict[str, list[float]] = {label: [] for label in cases}
-    cpu: dict[str, list[float]] = {label: [] for label in cases}
+    pairs: dict[str, list[tuple[float, float]]] = {label: [] for label in cases}
     for _ in range(runs):
         for label, code in cases.items():
-            on_clock, on_processor = interpreter_time(python, code)
-            wall[label].append(on_clock)
-            cpu[label].append(on_processor)
-    for kind, seconds in (("clock", wall), ("processor", cpu)):
+            pairs[label].append(interpreter_time(python, code))
+    for index, kind in enumerate(("clock", "processor")):
+        seconds = {label: [pair[index] for pair in timings] for label, timings in pairs.items()}
         for label, values in seconds.items():
             report(f"{label} ({kind})", values, "ms", 1000)
         baseline = statistics.median(seconds["python -c pass"])
@@ -219,11 +213,8 @@ def bench_loop(runs: int, repeats: int = 200) -> None:
             loop(task, model, tools, refund_gate)
         return (time.process_time() - start) / repeats
 
-    agent: list[float] = []
-    bare: list[float] = []
-    for _ in range(runs):
-        agent.append(sample(run_agent))
-        bare.append(sample(bare_loop))
+    samples = [(sample(run_agent), sample(bare_loop)) for _ in range(runs)]  # alternating
+    agent, bare = [pair[0] for pair in samples], [pair[1] for pair in samples]
     report("run_agent, one run (processor)", agent, "us", 1e6)
     report("bare loop, one run (processor)", bare, "us", 1e6)
     ratio = statistics.median(agent) / statistics.median(bare)
@@ -304,38 +295,34 @@ def bench_live(book: Path, runs: int) -> None:
 
 
 def bench_grading(count: int, workers: int, grades: Path | None) -> None:
-    """Grade a class of `count` submissions, the fixtures copied in turn; the autograder's
-    build is timed apart."""
-    import nbformat
-
+    """Grade a class of `count` submissions, the first chapter's fixtures copied in turn, with
+    `grading class` in a process pool; the autograder's build is timed apart."""
     from scripts.course import grading
 
     fixtures = sorted((ROOT / grading.FIXTURES_DIR).glob("*.ipynb"))
     if not fixtures:
         raise SystemExit(f"no fixture submissions in {grading.FIXTURES_DIR}/")
     with tempfile.TemporaryDirectory(prefix="agentbook-bench-grading-") as scratch:
-        submissions = [Path(scratch, f"student{number + 1:03d}-{fixture.stem}.ipynb")
-                       for number, fixture in zip(range(count), itertools.cycle(fixtures))]
-        for submission, fixture in zip(submissions, itertools.cycle(fixtures)):
-            shutil.copy(fixture, submission)
-        kinds = Counter(path.stem.split("-")[1] for path in submissions)
+        folder, output = Path(scratch, "class"), Path(scratch, "grading")
+        folder.mkdir()
+        for number, fixture in zip(range(count), itertools.cycle(fixtures)):
+            shutil.copy(fixture, folder / f"student{number + 1:03d}-{fixture.stem}.ipynb")
+        kinds = Counter(path.stem.split("-")[1] for path in folder.glob("*.ipynb"))
         mix = ", ".join(f"{number} {kind}" for kind, number in sorted(kinds.items()))
         print(f"class: {count} submissions ({mix}); {workers} workers on {os.cpu_count()} cores")
         started = time.perf_counter()
-        autograder = grading.build_autograder(ROOT, Path(scratch, "autograder"))
+        autograder = grading.build_autograder(ROOT, Path(scratch, "autograder"),
+                                              "anatomy-exercises")
         print(f"otter assign (autograder zip): {time.perf_counter() - started:.1f} s")
         started = time.perf_counter()
-        scores = grading.grade_in_pool(submissions, autograder, workers, grading.show_progress)
+        grading.main(["class", str(folder), "-o", str(output), "--assignment",
+                      "anatomy-exercises", "--autograder", str(autograder), "--engine",
+                      "process", "--workers", str(workers)])
         elapsed = time.perf_counter() - started
-        print(file=sys.stderr)
-    if grades:
-        source = grading.choose_assignment(ROOT, None)
-        points = grading.question_points(nbformat.read(source, as_version=4))
-        grading.write_scores(grades, scores, {q: v for q, (v, manual) in points.items()
-                                              if not manual})
-    print(f"graded {len(scores)} submissions in {elapsed:.1f} s: "
-          f"{len(scores) / elapsed * 60:.1f} submissions per minute, "
-          f"{elapsed / len(scores):.2f} s each")
+        if grades:
+            shutil.copy(output / "grades.csv", grades)
+    print(f"graded {count} submissions in {elapsed:.1f} s: {count / elapsed * 60:.1f} "
+          f"submissions per minute, {elapsed / count:.2f} s each")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,8 +2,8 @@
 
     python -m scripts.course.grading fixtures [--check]
         write (or check) the graded fixtures in tests/fixtures/submissions/: the
-        correct solution, the unanswered student notebook and one plausible
-        wrong answer per autograded question, all made from the annotated source
+        correct solution, the unanswered student notebook and each plausible
+        wrong answer of exercises/source/wrong-answers.yml, made from the annotated source
     python -m scripts.course.grading class DIR [-o grades.csv] [--autograder ZIP] [--workers N]
         grade every notebook (or otter export zip) in DIR and write one CSV of
         per-question scores, plus a web page of every written answer by question
@@ -24,7 +24,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+import zipfile
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -32,13 +33,12 @@ from pathlib import Path
 from unittest.mock import patch
 
 import nbformat
+import yaml
 
 from scripts.build.generated import read_files, sync
 from scripts.course.exercises import ExercisesError, build, normalize, source_notebooks
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCE = "exercises/source/anatomy-exercises.ipynb"
-STUDENT = "exercises/anatomy-exercises.ipynb"
 FIXTURES_DIR = "tests/fixtures/submissions"
 ANSWER_TAG = "otter_answer_cell"
 POSSIBLE = "points possible"  # the grades' first row: what each column is out of
@@ -73,98 +73,16 @@ class WrongAnswer:
     edits: tuple[tuple[str, str], ...]  # (text in the correct answer, what the student wrote)
 
 
-# One plausible mistake per autograded question (two for the windowed loop); each must lose
-# points on its own question and no other.
-WRONG_ANSWERS = (
-    WrongAnswer("anatomy_q1b", "no-turn-budget", "q1b-code", (
-        ("allow_all, Limits(max_turns=2))", "allow_all)"),
-    )),
-    WrongAnswer("anatomy_q2b", "valid-json", "q2b-code", (
-        ('''bad_json = {"role": "assistant", "content": None,
-            "tool_calls": [{"id": "call_b2", "type": "function",
-                            "function": {"name": "refund_order",
-                                         "arguments": '{"order_id": "A-17", "amount_cents": 49'}}]}''',  # noqa: E501
-         'bad_json = tool_call_message("call_b2", "refund_order", {"order_id": "A-17"})'),
-    )),
-    WrongAnswer("anatomy_q3a", "two-amounts", "q3a-code", (
-        ("amounts = (8000, 6000, 9999)", "amounts = (9998, 9999)"),
-    )),
-    WrongAnswer("anatomy_q3b", "keyed-on-arguments", "q3b-code", (
-        ("failure = (call.name, observation.kind, str(observation.content))",
-         "failure = (call.name, observation.kind, str(call.arguments))"),
-    )),
-    WrongAnswer("anatomy_q3b", "one-repeat-late", "q3b-code", (
-        ("recent.count(failure) >= limits", "recent.count(failure) > limits"),
-    )),
-    WrongAnswer("anatomy_q4a", "one-id", "q4a-code", (
-        ('tool_call_message("call_p2", "read_policy"',
-         'tool_call_message("call_p1", "read_policy"'),
-    )),
-    WrongAnswer("anatomy_q4b", "pairs-by-id", "q4b-code", (
-        ("return list(zip(proposed, answered, strict=False))",
-         "return [(call_id, call_id) for call_id in proposed if call_id in answered]"),
-    )),
-    WrongAnswer("anatomy_q4c", "one-id", "q4c-code", (
-        ('second_refund = tool_call_message("call_r2"',
-         'second_refund = tool_call_message("call_r1"'),
-    )),
-    WrongAnswer("anatomy_q5a", "shared-model", "q5a-code", (
-        ("def receipt_liar() -> ScriptedModel:",
-         'LIAR = ScriptedModel(turns=[answer_message("Refunded: receipt RF-2024-118877.")])\n\n\n'
-         "def receipt_liar() -> ScriptedModel:"),
-        ('''    return ScriptedModel(turns=[answer_message(
-        "Good news - your refund of 4999 cents for order A-17 is complete. "
-        "Your receipt number is RF-2024-118877."
-    )])''', "    return LIAR"),
-    )),
-    WrongAnswer("anatomy_q5b", "any-lookup", "q5b-code", (
-        ("looked_up: set[Any] = set()", "looked_up: set[Any] = set()\n    refunded = False"),
-        ('''        elif call.name == "refund_order" and order_id not in looked_up:
-            return False
-    return True''', '''        elif call.name == "refund_order":
-            refunded = True
-    return not refunded or bool(looked_up)'''),
-    )),
-    WrongAnswer("anatomy_q6a", "shared-meter", "q6a-code", (
-        ("costs_q6 = []\nfor max_rounds in range(1, 7):\n    tools, _ = make_environment()\n"
-         "    meter = Meter()\n",
-         "costs_q6 = []\nmeter = Meter()\nfor max_rounds in range(1, 7):\n"
-         "    tools, _ = make_environment()\n"),
-    )),
-    WrongAnswer("anatomy_q6b", "one-panel", "q6b-code", (
-        ('tokens_ax.plot(rounds, [row["prompt_tokens"]',
-         'calls_ax.plot(rounds, [row["prompt_tokens"]'),
-    )),
-    WrongAnswer("anatomy_q7b", "falls-back-to-5000", "q7b-code", (
-        ('config.get("auto_refund_limit_cents")',
-         'config.get("auto_refund_limit_cents", AUTO_REFUND_LIMIT_CENTS)'),
-    )),
-    # Chapter 2. Runs the plain loop behind the plain gate, so nothing waits for a person.
-    WrongAnswer("durable_q1b", "refund-gate", "q1b-code", (
-        ("paused_q1 = run_with_approvals(TASK, three_bands(), tools_q1, ApprovalPolicy())",
-         "paused_q1 = run_agent(TASK, three_bands(), tools_q1, refund_gate)"),
-    )),
-    # Refuses a decision exactly max_age old.
-    WrongAnswer("durable_q2a", "strict-age", "q2a-code", (
-        ("now - when > max_age", "now - when >= max_age"),
-    )),
-    # Serializes the arguments in whatever order they came.
-    WrongAnswer("durable_q3a", "unsorted-keys", "q3a-code", (
-        ("sort_keys=True,\n                           separators",
-         "separators"),
-    )),
-    # Leaves out the intents the desk applied, as if applied meant settled.
-    WrongAnswer("durable_q4a", "applied-left-out", "q4a-code", (
-        ('if record["kind"] == "intent" and record["key"] not in done}',
-         'if record["kind"] == "intent" and record["key"] not in done\n'
-         '            and lookup(record["key"]) is None}'),
-    )),
-    # Counts every span with an error type, the agent's own included.
-    WrongAnswer("durable_q6a", "every-span", "q6a-code", (
-        ('if attributes.get("gen_ai.operation.name") == "execute_tool" and kind:',
-         "if kind:"),
-    )),
-)
+def read_wrong_answers(path: Path) -> tuple[WrongAnswer, ...]:
+    """The plausible wrong answers in ``path``; its header says what an entry holds."""
+    entries = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return tuple(WrongAnswer(entry["question"], entry["slug"], entry["cell"],
+                             tuple((edit["correct"], edit["wrong"]) for edit in entry["edits"]))
+                 for entry in entries)
+
+
+WRONG_ANSWERS_FILE = "exercises/source/wrong-answers.yml"
+WRONG_ANSWERS = read_wrong_answers(ROOT / WRONG_ANSWERS_FILE)
 
 
 def wrong_answer_name(wrong: WrongAnswer) -> str:
@@ -174,8 +92,6 @@ def wrong_answer_name(wrong: WrongAnswer) -> str:
 
 def question_points(source: nbformat.NotebookNode) -> dict[str, tuple[float, bool]]:
     """Every question of the annotated source: name -> (points, graded by hand)."""
-    import yaml
-
     questions = {}
     for cell in source.cells:
         if cell.cell_type == "raw" and re.match(r"#\s*BEGIN QUESTION", cell.source):
@@ -219,10 +135,7 @@ def correct_submission(student: nbformat.NotebookNode,
     previous = ""
     for cell in filled.cells:
         if ANSWER_TAG in cell.metadata.get("tags", []):
-            if cell.cell_type == "code":
-                cell.source = code[cell.id]
-            else:
-                cell.source = answers[previous]
+            cell.source = code[cell.id] if cell.cell_type == "code" else answers[previous]
         previous = cell.id
     return filled
 
@@ -239,17 +152,9 @@ def with_wrong_answer(correct: nbformat.NotebookNode, wrong: WrongAnswer) -> nbf
     return notebook
 
 
-def assignment_name(source: Path) -> str:
-    """The assignment an exercises notebook holds: ``anatomy`` for anatomy-exercises."""
-    return source.stem.removesuffix("-exercises")
-
-
 def fixtures_folder(assignment: str) -> str:
-    """Where one assignment's fixture submissions live, relative to the root.
-
-    The first chapter's sit directly in FIXTURES_DIR, where they were before a second
-    assignment existed; every later one has a folder of its own, named after it.
-    """
+    """Where one assignment's fixture submissions live, relative to the root: the first
+    chapter's directly in FIXTURES_DIR, as before there were two, each later one's in a folder."""
     return FIXTURES_DIR if assignment == "anatomy" else f"{FIXTURES_DIR}/{assignment}"
 
 
@@ -257,13 +162,13 @@ def fixture_files(root: Path) -> dict[str, str]:
     """Every fixture submission of every assignment: path relative to ``root`` -> text."""
     files: dict[str, str] = {}
     for source_path in source_notebooks(root):
-        assignment = assignment_name(source_path)
+        assignment = source_path.stem.removesuffix("-exercises")  # anatomy-exercises: anatomy
         student = nbformat.read(root / "exercises" / source_path.name, as_version=4)
         source = nbformat.read(source_path, as_version=4)
         source_ids = {cell.id for cell in source.cells}
         correct = correct_submission(student, source)
         notebooks = {"correct": correct, "unanswered": student}
-        for wrong in WRONG_ANSWERS:
+        for wrong in read_wrong_answers(root / WRONG_ANSWERS_FILE):
             if wrong.question.startswith(f"{assignment}_"):
                 notebooks[wrong_answer_name(wrong)] = with_wrong_answer(correct, wrong)
         folder = fixtures_folder(assignment)
@@ -380,17 +285,10 @@ def start_worker() -> None:
     import otter.api  # noqa: F401
 
 
-def show_progress(done: int, total: int, width: int = 30) -> None:
-    """A progress bar on stderr, redrawn in place."""
-    filled = width * done // total
-    print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} graded", end="",
-          file=sys.stderr, flush=True)
-
-
 def grade_in_pool(submissions: list[Path], autograder: Path, workers: int,
-                  show: Callable[[int, int], None] | None = None,
                   timeout: float = 300) -> dict[str, Graded]:
-    """Grade submissions in parallel worker processes, one at a time each; by file stem."""
+    """Grade submissions in parallel worker processes, one at a time each, with a progress
+    bar on stderr; by file stem."""
     graded: dict[str, Graded] = {}
     # Spawned, not forked: a fork of a process that holds kernel connections can inherit
     # their sockets, and otter's kernels must start clean.
@@ -401,8 +299,9 @@ def grade_in_pool(submissions: list[Path], autograder: Path, workers: int,
                    for path in submissions}
         for done, future in enumerate(as_completed(futures), 1):
             graded[futures[future].stem] = future.result()
-            if show is not None:
-                show(done, len(submissions))
+            bar = "#" * (30 * done // len(submissions))
+            print(f"\r[{bar:.<30}] {done}/{len(submissions)} graded", end="", file=sys.stderr,
+                  flush=True)
     return {name: graded[name] for name in sorted(graded)}
 
 
@@ -523,8 +422,6 @@ def read_submission(path: Path) -> nbformat.NotebookNode:
     """The notebook of a submission: the file itself, or the one notebook in an export zip."""
     if path.suffix != ".zip":
         return nbformat.read(path, as_version=4)
-    import zipfile
-
     with zipfile.ZipFile(path) as archive:
         names = [name for name in archive.namelist() if name.endswith(".ipynb")]
         if len(names) != 1:
@@ -553,10 +450,10 @@ def answers_page(submissions: Iterable[Path]) -> str:
     return "".join(parts)
 
 
-def build_autograder(root: Path, into: Path, assignment: str | None = None) -> Path:
+def build_autograder(root: Path, into: Path, assignment: str) -> Path:
     """Build the autograder zip with ``otter assign`` into ``into``; return the zip's path."""
     build(root, autograder=into)
-    [archive] = sorted(into.glob(f"{assignment or '*'}/*.zip"))
+    [archive] = sorted(into.glob(f"{assignment}/*.zip"))
     return archive
 
 
@@ -589,8 +486,7 @@ def class_command(args: argparse.Namespace) -> int:
             graded = grade_in_containers(submissions, autograder, args.workers, source.stem,
                                          args.timeout)
         else:
-            graded = grade_in_pool(submissions, autograder, args.workers, show_progress,
-                                   args.timeout)
+            graded = grade_in_pool(submissions, autograder, args.workers, args.timeout)
             print(file=sys.stderr)
     out = args.output
     (out / "feedback").mkdir(parents=True, exist_ok=True)
