@@ -339,7 +339,8 @@ class LiveBook {
   }
 
   async exercises() {
-    const section = document.querySelector("section#sec-exercises");
+    // A chapter's exercises section is labelled sec-exercises or sec-<topic>-exercises.
+    const section = document.querySelector("section[id^='sec-'][id$='exercises']");
     if (!section) return;
     const page = location.pathname.split("/").pop().replace(/\.html$/, "");
     const response = await fetch(this.offset + "live/exercises/" + page + ".json");

@@ -241,6 +241,12 @@ def test_run_all_prints_every_stored_output_again(pages: dict[str, Any], context
             differ.append(f"{cell_id}: {status} {printed[:300]!r} {result['error']}")
     assert not differ, "\n".join(differ)
     assert len(shown) == cells.count() and not context.outside
+    # A chapter with an exercises notebook offers each of its code questions in the page.
+    topic = path.removeprefix("chapters/").removesuffix(".html").split("_", 1)[-1]
+    notebook = ROOT / "exercises" / f"{topic}-exercises.ipynb"
+    questions = [step for step in live_book.exercise_steps(notebook)
+                 if step["kind"] == "question"] if notebook.is_file() else []
+    assert page.locator("[data-exercise]").count() == len(questions)
     # The explorers the live cells drew again are live: each shows its first step.
     explorers = page.locator("[data-live-output] div.run-explorer.rx-ready")
     assert explorers.count() == sum("run-explorer" in stored[cell_id]["html"]
