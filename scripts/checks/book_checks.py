@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+import pypandoc
 import yaml
 
 CONFIG = "_quarto.yml"
@@ -33,7 +34,6 @@ _KEY = r"[A-Za-z0-9_](?:[A-Za-z0-9_]|[:.#$%&\-+?<>~/](?=[A-Za-z0-9_]))*"
 CITATION = re.compile(r"(?<![\w@.:/])@(" + _KEY + ")")
 # A label is an attribute in braces: {#sec-tools}, {#eq-step}, {#tbl-canon .striped}.
 ATTRIBUTE_LABEL = re.compile(r"\{[^{}\n]*?#((?:" + "|".join(CROSSREF_KINDS) + r")-[^\s{}]+)")
-BIB_ENTRY = re.compile(r"^\s*@(\w+)\s*\{\s*([^,\s]+)\s*,", re.MULTILINE)
 FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*(.*?)\s*$")
 CODE_SPAN = re.compile(r"(`+)(?!`).+?(?<!`)\1(?!`)", re.DOTALL)
 HTML_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
@@ -116,16 +116,6 @@ def check_release(root: Path) -> list[str]:
         return [f"agentbook/ has changed since the pinned release {commit[:12]}: commit it, "
                 "pin that commit in pyproject.toml and run `python3 dev.py book`"]
     return []
-
-
-def binder_url(slug: str, branch: str, path: str) -> str:
-    """Open `path` of the repository in JupyterLab on mybinder.org."""
-    return f"https://mybinder.org/v2/gh/{slug}/{branch}?labpath={path.replace('/', '%2F')}"
-
-
-def colab_url(slug: str, branch: str, path: str) -> str:
-    """Open the notebook at `path` of the repository in Google Colab."""
-    return f"https://colab.research.google.com/github/{slug}/blob/{branch}/{path}"
 
 
 def cell_source(cell: dict[str, Any]) -> str:
@@ -288,21 +278,20 @@ def check_crossrefs(root: Path) -> list[str]:
     return problems
 
 
-def bibliography_keys(root: Path) -> tuple[str, set[str]]:
-    """The bibliography file `_quarto.yml` names and the keys of its entries."""
+def bibliography(root: Path) -> str:
+    """The bibliography file `_quarto.yml` names."""
     name = load_config(root).get("bibliography") or "references.bib"
-    name = name if isinstance(name, str) else name[0]
-    path = root / name
-    text = path.read_text(encoding="utf-8") if path.is_file() else ""
-    keys = {key for kind, key in BIB_ENTRY.findall(text)
-            if kind.lower() not in ("comment", "string", "preamble")}
-    return name, keys
+    return name if isinstance(name, str) else name[0]
 
 
 def check_citations(root: Path) -> list[str]:
     """Every citation has an entry, and every entry is cited (the references page lists only
     the works the book cites)."""
-    bib_name, keys = bibliography_keys(root)
+    bib_name = bibliography(root)
+    path = root / bib_name  # pandoc reads it, as Quarto's citeproc will
+    entries = json.loads(pypandoc.convert_file(path, "csljson", format="bibtex")
+                         if path.is_file() else "[]")
+    keys = {entry["id"] for entry in entries}
     problems = []
     cited: set[str] = set()
     for where, text in book_markdown(root):
