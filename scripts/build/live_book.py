@@ -1,12 +1,16 @@
-"""Make the rendered book's cells runnable in the page: Quarto's second post-render step.
+"""Make the rendered book read offline and run its cells in the page: Quarto's post-render step.
 
     python scripts/build/live_book.py [BOOK_DIR]
 
-Into BOOK_DIR/live/ it puts Pyodide's core (checked against live/pyodide-core.json; `npm ci`
-in live/ installs it), a wheel of agentbook, the runtime (live/*.js, live/runner.py) and each
-chapter's exercises as JSON; it marks each code cell of each page with its notebook cell id,
-and a cell the browser cannot run as static, with the reason. Standard library only: Quarto
-runs it with whichever Python is on PATH.
+BOOK_DIR defaults to $QUARTO_PROJECT_OUTPUT_DIR, else `_book`. Quarto adds require.js and
+jQuery from a CDN, and an inline `define('jquery', ...)`, to every page whose notebook has an
+HTML or JavaScript output, in case it is a widget; no option turns that off, and the book's
+outputs need neither. So first this removes those three tags, and nothing else, from every
+page. Then into BOOK_DIR/live/ it puts Pyodide's core (checked against
+live/pyodide-core.json; `npm ci` in live/ installs it), a wheel of agentbook, the runtime
+(live/*.js, live/runner.py) and each chapter's exercises as JSON; it marks each code cell of
+each page with its notebook cell id, and a cell the browser cannot run as static, with the
+reason. Standard library only: Quarto runs it with whichever Python is on PATH.
 """
 
 from __future__ import annotations
@@ -51,6 +55,25 @@ NOT_IN_PAGE = {
 WHEEL_TIME = (1980, 1, 1, 0, 0, 0)  # a fixed date: the same wheel bytes on every render
 # A code cell's div, which Quarto follows with the cell's source block (a diagram's is not).
 CELL_DIV = re.compile(r'<div (?:id="([^"]*)" )?class="cell"(?=[^>]*>\s*<div class="sourceCode)')
+# The widget tags exactly as Quarto 1.7 writes them, each with the line break after it.
+WIDGET_TAGS = re.compile(
+    r"[ \t]*<script\b[^>]*\bsrc=\"https?://[^\"]*/(?:require\.js/[\d.]+/require|"
+    r"jquery/[\d.]+/jquery)\.min\.js\"[^>]*>\s*</script>[ \t]*\n?"
+    r"|[ \t]*<script type=\"application/javascript\">\s*define\('jquery', \[\],\s*"
+    r"function\(\) \{return window\.jQuery;\}\)\s*</script>[ \t]*\n?"
+)
+
+
+def clean_book(book: Path) -> list[str]:
+    """Remove the widget tags from every page under `book`; say which pages changed."""
+    changed = []
+    for page in sorted(book.rglob("*.html")):
+        cleaned, removed = WIDGET_TAGS.subn("", page.read_text(encoding="utf-8"))
+        if removed:
+            page.write_text(cleaned, encoding="utf-8")
+            changed.append(f"{page.relative_to(book).as_posix()}: removed {removed} "
+                           "require.js/jQuery tags")
+    return changed
 
 
 def cell_options(source: str) -> dict[str, str]:
@@ -235,17 +258,17 @@ def build_wheel(folder: Path) -> Path:
 def build(book: Path) -> list[str]:
     """Everything above, into `book`; says what it did."""
     target = book / "live"
+    done = clean_book(book)
     if copy_core(target / "pyodide"):
         wheel = build_wheel(target)
         for name in RUNTIME_FILES:
             shutil.copyfile(LIVE / name, target / name)
         (target / "wheel.json").write_text(json.dumps({"wheel": wheel.name}), encoding="utf-8")
-        done = [f"live/: Pyodide {CORE['version']} core, {wheel.name}"]
+        done.append(f"live/: Pyodide {CORE['version']} core, {wheel.name}")
     else:
         # Without the runtime the pages say they are the static book (live/live.html).
         print("live_book.py: Pyodide is not in live/node_modules and `npm ci` could not "
               "install it, so the cells will not run in the page", file=sys.stderr)
-        done = []
     for chapter in sorted((ROOT / "chapters").glob("*.ipynb")):
         page = book / "chapters" / f"{chapter.stem}.html"
         if not page.is_file():
