@@ -14,9 +14,10 @@ import textwrap
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import takewhile
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import pypandoc
 import yaml
@@ -25,6 +26,7 @@ CONFIG = "_quarto.yml"
 CROSSREF_KINDS = ("fig", "tbl", "eq", "sec", "lst")
 NOTEBOOK_DIRS = ("chapters", "exercises", "notebooks")  # where a notebook may import agentbook
 BADGE_FILES = ("README.md", "index.qmd")  # where readers find the Binder and Colab links
+LAUNCH_SERVICES = ("mybinder.org", "colab.research.google.com")
 
 # Pandoc's citation key: a letter, digit or underscore, then more of them, with single
 # punctuation marks allowed inside (so the colon in "see @sec-budgets:" is not part of the key).
@@ -61,9 +63,7 @@ if importlib.util.find_spec("agentbook") is None:
 def load_config(root: Path) -> dict[str, Any]:
     """The parsed `_quarto.yml`, or an empty mapping when there is none."""
     path = root / CONFIG
-    if not path.exists():
-        return {}
-    loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    loaded = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else {}
     return loaded if isinstance(loaded, dict) else {}
 
 
@@ -164,14 +164,12 @@ def split_fences(text: str) -> tuple[str, list[Fence]]:
     body: list[str] = []
     for line in text.splitlines():
         match = FENCE.match(line)
-        if opening is None:
-            if match:
-                opening, body = (match.group(1), match.group(2)), []
-            else:
-                prose.append(line)
-        elif match and match.group(1)[0] == opening[0][0] and len(match.group(1)) >= len(
-            opening[0]
-        ) and not match.group(2):
+        if opening is None and match:
+            opening, body = (match[1], match[2]), []
+        elif opening is None:
+            prose.append(line)
+        # A fence closes with at least as many of the same character, and no info string.
+        elif match and not match[2] and match[1].startswith(opening[0][0] * len(opening[0])):
             fences.append(Fence(opening[1], body))
             opening = None
         else:
@@ -183,21 +181,14 @@ def split_fences(text: str) -> tuple[str, list[Fence]]:
 
 def prose_of(text: str) -> str:
     """Markdown without code blocks, code spans and comments: where references can live."""
-    prose, _ = split_fences(text)
-    return CODE_SPAN.sub(" ", HTML_COMMENT.sub(" ", prose))
+    return CODE_SPAN.sub(" ", HTML_COMMENT.sub(" ", split_fences(text)[0]))
 
 
 def cell_options(lines: list[str], prefix: str) -> dict[str, Any]:
     """Quarto cell options: the leading `#| key: value` (or `%%| ...`) lines, as YAML."""
-    option_lines = []
-    for line in lines:
-        if not line.startswith(prefix):
-            break
-        option_lines.append(line[len(prefix):])
-    if not option_lines:
-        return {}
+    leading = takewhile(lambda line: line.startswith(prefix), lines)
     try:
-        options = yaml.safe_load(textwrap.dedent("\n".join(option_lines)))
+        options = yaml.safe_load(textwrap.dedent("\n".join(line[len(prefix):] for line in leading)))
     except yaml.YAMLError:
         return {}
     return options if isinstance(options, dict) else {}
@@ -209,8 +200,7 @@ def is_mermaid(fence: Fence) -> bool:
 
 def references(text: str) -> Iterator[str]:
     """Every `@key` in the prose of `text`, cross-references and citations alike."""
-    for match in CITATION.finditer(prose_of(text)):
-        yield match.group(1)
+    return (match[1] for match in CITATION.finditer(prose_of(text)))
 
 
 def is_crossref(key: str) -> bool:
@@ -240,21 +230,28 @@ def check_listed_files(root: Path) -> list[str]:
     return problems
 
 
+def block_options(root: Path) -> Iterator[tuple[str, dict[str, Any], bool]]:
+    """The options of every code cell, then of every {mermaid} diagram, with where it is and
+    whether it is a figure: a diagram, or a cell with an image among its outputs."""
+    for where, cell in book_cells(root, "code"):
+        image = any(key.startswith("image/") for output in cell.get("outputs") or []
+                    for key in (output.get("data") or {}))
+        yield where, cell_options(cell_source(cell).splitlines(), "#|"), image
+    for where, text in book_markdown(root):
+        for fence in split_fences(text)[1]:
+            if is_mermaid(fence):
+                yield where, cell_options(fence.lines, "%%|"), True
+
+
 def labels(root: Path) -> dict[str, list[str]]:
     """Every label in the book and where each is defined (more than once is a problem)."""
     found: dict[str, list[str]] = {}
     for where, text in book_markdown(root):
-        prose, fences = split_fences(text)
-        names = ATTRIBUTE_LABEL.findall(CODE_SPAN.sub(" ", prose))
-        names += [str(cell_options(fence.lines, "%%|").get("label", "")) for fence in fences
-                  if is_mermaid(fence)]
-        for name in names:
-            if name:
-                found.setdefault(name, []).append(where)
-    for where, cell in book_cells(root, "code"):
-        label = cell_options(cell_source(cell).splitlines(), "#|").get("label")
-        if label:
-            found.setdefault(str(label), []).append(where)
+        for name in ATTRIBUTE_LABEL.findall(CODE_SPAN.sub(" ", split_fences(text)[0])):
+            found.setdefault(name, []).append(where)
+    for where, options, _ in block_options(root):
+        if options.get("label"):
+            found.setdefault(str(options["label"]), []).append(where)
     return found
 
 
@@ -322,13 +319,10 @@ def check_diagrams(root: Path) -> list[str]:
 
 
 def check_figures(root: Path) -> list[str]:
-    """Every figure has a `fig-` label and a `fig-cap`; every `tbl-` labelled cell a `tbl-cap`.
-
-    A figure is a code cell with an image among its outputs, or a {mermaid} diagram.
-    """
+    """Every figure (see block_options) has a `fig-` label and a `fig-cap`; every `tbl-`
+    labelled cell a `tbl-cap`."""
     problems = []
-
-    def caption_problems(where: str, options: dict[str, Any], figure: bool) -> None:
+    for where, options, figure in block_options(root):
         label = str(options.get("label") or "")
         if figure and not label.startswith("fig-"):
             problems.append(f"{where}: a figure needs a #| label: fig-... option")
@@ -336,16 +330,6 @@ def check_figures(root: Path) -> list[str]:
             problems.append(f"{where}: figure {label} needs a fig-cap")
         if label.startswith("tbl-") and not options.get("tbl-cap"):
             problems.append(f"{where}: table {label} needs a tbl-cap")
-
-    for where, cell in book_cells(root, "code"):
-        outputs = cell.get("outputs") or []
-        has_image = any(key.startswith("image/") for output in outputs
-                        for key in (output.get("data") or {}))
-        caption_problems(where, cell_options(cell_source(cell).splitlines(), "#|"), has_image)
-    for where, text in book_markdown(root):
-        for fence in split_fences(text)[1]:
-            if is_mermaid(fence):
-                caption_problems(where, cell_options(fence.lines, "%%|"), True)
     return problems
 
 
@@ -376,23 +360,22 @@ def check_environment(root: Path) -> list[str]:
     problems = []
     if "conda-forge" not in (environment.get("channels") or []):
         problems.append("environment.yml: channels must include conda-forge")
+    dependencies = environment.get("dependencies") or []
+    conda = [str(entry).strip() for entry in dependencies if not isinstance(entry, dict)]
+    pip = [str(line).strip() for entry in dependencies if isinstance(entry, dict)
+           for line in entry.get("pip") or []]
     pinned: dict[str, str] = {}
-    installs_package = False
-    for dependency in environment.get("dependencies") or []:
-        if isinstance(dependency, dict):
-            for line in dependency.get("pip") or []:
-                line = str(line).strip()
-                if line in ("-e .", "."):
-                    installs_package = True
-                elif match := PIP_PIN.match(line):
-                    pinned[normalize(match.group(1))] = match.group(2)
-                else:
-                    problems.append(f"environment.yml: pip requirement {line!r} is not pinned")
-        elif match := CONDA_PIN.match(str(dependency).strip()):
-            pinned[normalize(match.group(1))] = match.group(2)
+    for line in conda:
+        if match := CONDA_PIN.match(line):
+            pinned[normalize(match[1])] = match[2]
         else:
-            problems.append(f"environment.yml: {dependency!r} is not pinned to one version")
-    if not installs_package:
+            problems.append(f"environment.yml: {line!r} is not pinned to one version")
+    for line in pip:
+        if match := PIP_PIN.match(line):
+            pinned[normalize(match[1])] = match[2]
+        elif line not in ("-e .", "."):
+            problems.append(f"environment.yml: pip requirement {line!r} is not pinned")
+    if not {"-e .", "."} & set(pip):
         problems.append("environment.yml: the pip section must install the book's package "
                         "with '-e .', so that `import agentbook` works")
     if not re.fullmatch(r"3\.\d+\.\d+", pinned.get("python", "")):
@@ -422,12 +405,10 @@ def launch_target(url: str) -> tuple[str, str, str]:
     parts = urlsplit(url)
     pieces = parts.path.strip("/").split("/")
     if parts.netloc == "mybinder.org":  # /v2/gh/OWNER/NAME/BRANCH?labpath=PATH
-        slug, branch = "/".join(pieces[2:4]), "/".join(pieces[4:])
-        path = unquote(parse_qs(parts.query).get("labpath", [""])[0])
-        return slug, branch, path
+        labpath = parse_qs(parts.query).get("labpath", [""])[0]  # decoded by parse_qs
+        return "/".join(pieces[2:4]), "/".join(pieces[4:]), labpath
     # colab: /github/OWNER/NAME/blob/BRANCH/PATH
-    slug, branch = "/".join(pieces[1:3]), pieces[4] if len(pieces) > 4 else ""
-    return slug, branch, "/".join(pieces[5:])
+    return "/".join(pieces[1:3]), "/".join(pieces[4:5]), "/".join(pieces[5:])
 
 
 def check_launch_links(root: Path) -> list[str]:
@@ -443,9 +424,8 @@ def check_launch_links(root: Path) -> list[str]:
             problems.append(f"{name} is missing")
             continue
         urls = list(launch_urls(path.read_text(encoding="utf-8")))
-        for service in ("mybinder.org", "colab.research.google.com"):
-            if not any(urlsplit(url).netloc == service for url in urls):
-                problems.append(f"{name} has no {service} link")
+        problems += [f"{name} has no {service} link" for service in LAUNCH_SERVICES
+                     if not any(urlsplit(url).netloc == service for url in urls)]
         for url in urls:
             target_slug, target_branch, target = launch_target(url)
             if (target_slug, target_branch) != (slug, branch):
