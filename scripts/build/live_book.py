@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tomllib
 import zipfile
+from itertools import takewhile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,13 +79,9 @@ def clean_book(book: Path) -> list[str]:
 
 def cell_options(source: str) -> dict[str, str]:
     """The `#| key: value` options at the top of a cell."""
-    options = {}
-    for line in source.splitlines():
-        if not line.startswith("#|"):
-            break
-        key, _, value = line[2:].partition(":")
-        options[key.strip()] = value.strip()
-    return options
+    lines = takewhile(lambda line: line.startswith("#|"), source.splitlines())
+    return {key.strip(): value.strip()
+            for key, _, value in (line[2:].partition(":") for line in lines)}
 
 
 def lacking_module(tree: ast.Module) -> str | None:

@@ -13,10 +13,9 @@ import sys
 import textwrap
 import tomllib
 from collections.abc import Iterator
-from dataclasses import dataclass
 from itertools import takewhile
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import parse_qs, urlsplit
 
 import pypandoc
@@ -148,10 +147,8 @@ def book_markdown(root: Path) -> Iterator[tuple[str, str]]:
     return ((where, cell_source(cell)) for where, cell in book_cells(root, "markdown"))
 
 
-@dataclass(frozen=True)
-class Fence:
+class Fence(NamedTuple):
     """A fenced block in markdown: its info string (```{mermaid} gives "{mermaid}") and body."""
-
     info: str
     lines: list[str]
 
@@ -382,15 +379,12 @@ def check_environment(root: Path) -> list[str]:
         problems.append("environment.yml: python must be pinned to a full version, e.g. 3.11.7")
     requirements = {name: pip_pins(root / name) for name in
                     ("requirements.txt", "requirements-dev.txt") if (root / name).is_file()}
-    for package, version in requirements.get("requirements.txt", {}).items():
-        if package not in pinned:
-            problems.append(f"environment.yml does not pin {package} "
-                            f"(requirements.txt pins {version})")
-    for name, pins in requirements.items():
-        for package, version in pins.items():
-            if package in pinned and pinned[package] != version:
-                problems.append(f"environment.yml pins {package} {pinned[package]}, "
-                                f"but {name} pins {version}")
+    problems += [f"environment.yml does not pin {package} (requirements.txt pins {version})"
+                 for package, version in requirements.get("requirements.txt", {}).items()
+                 if package not in pinned]
+    problems += [f"environment.yml pins {package} {pinned[package]}, but {name} pins {version}"
+                 for name, pins in requirements.items() for package, version in pins.items()
+                 if package in pinned and pinned[package] != version]
     return problems
 
 
