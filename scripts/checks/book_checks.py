@@ -204,6 +204,14 @@ def is_crossref(key: str) -> bool:
     return key.split("-", 1)[0] in CROSSREF_KINDS and "-" in key
 
 
+def book_references(root: Path, crossrefs: bool) -> Iterator[tuple[str, str]]:
+    """Every cross-reference, or else every citation, in the book's prose, with where it is."""
+    for where, text in book_markdown(root):
+        for key in references(text):
+            if is_crossref(key) == crossrefs:
+                yield where, key
+
+
 def check_listed_files(root: Path) -> list[str]:
     """`_quarto.yml` exists, every file it lists exists, and it lists every chapter notebook."""
     config = load_config(root)
@@ -258,17 +266,13 @@ def check_crossrefs(root: Path) -> list[str]:
     defined = labels(root)
     problems = [f"label {name} is defined more than once: {'; '.join(places)}"
                 for name, places in sorted(defined.items()) if len(places) > 1]
-    referenced: set[str] = set()
-    for where, text in book_markdown(root):
-        for key in references(text):
-            if not is_crossref(key):
-                continue
-            referenced.add(key)
-            if key not in defined:
-                problems.append(f"{where}: @{key} refers to a label the book does not have")
-    for name, places in sorted(defined.items()):
-        if name.startswith(("fig-", "eq-")) and name not in referenced:
-            problems.append(f"{places[0]}: {name} is never referred to as @{name}")
+    found = list(book_references(root, crossrefs=True))
+    problems += [f"{where}: @{key} refers to a label the book does not have"
+                 for where, key in found if key not in defined]
+    referenced = {key for _, key in found}
+    problems += [f"{places[0]}: {name} is never referred to as @{name}"
+                 for name, places in sorted(defined.items())
+                 if name.startswith(("fig-", "eq-")) and name not in referenced]
     return problems
 
 
@@ -286,17 +290,11 @@ def check_citations(root: Path) -> list[str]:
     entries = json.loads(pypandoc.convert_file(path, "csljson", format="bibtex")
                          if path.is_file() else "[]")
     keys = {entry["id"] for entry in entries}
-    problems = []
-    cited: set[str] = set()
-    for where, text in book_markdown(root):
-        for key in references(text):
-            if is_crossref(key):
-                continue
-            cited.add(key)
-            if key not in keys:
-                problems.append(f"{where}: @{key} is cited but {bib_name} has no entry")
-    for key in sorted(keys - cited):
-        problems.append(f"{bib_name}: {key} is never cited, so the references page omits it")
+    found = list(book_references(root, crossrefs=False))
+    problems = [f"{where}: @{key} is cited but {bib_name} has no entry"
+                for where, key in found if key not in keys]
+    problems += [f"{bib_name}: {key} is never cited, so the references page omits it"
+                 for key in sorted(keys - {key for _, key in found})]
     return problems
 
 

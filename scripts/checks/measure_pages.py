@@ -63,9 +63,8 @@ class PageReport:
 
 def find_chromium() -> str | None:
     """The Chromium binary: $CHROMIUM if set, else the first known name on PATH."""
-    if os.environ.get("CHROMIUM"):
-        return os.environ["CHROMIUM"]
-    return next((path for name in CHROMIUM_NAMES if (path := shutil.which(name))), None)
+    return os.environ.get("CHROMIUM") or next(
+        (path for name in CHROMIUM_NAMES if (path := shutil.which(name))), None)
 
 
 @contextmanager
@@ -76,10 +75,9 @@ def chromium_browser() -> Iterator[Any]:
     chromium = find_chromium()
     if chromium is None:
         raise FileNotFoundError("Chromium not found (set $CHROMIUM or put it on PATH)")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+    with sync_playwright() as playwright, playwright.chromium.launch(
+            executable_path=chromium, args=CHROMIUM_FLAGS) as browser:
         yield browser
-        browser.close()
 
 
 def open_page(page: Any, url: str) -> None:
