@@ -23,9 +23,12 @@ import yaml
 
 CONFIG = "_quarto.yml"
 CROSSREF_KINDS = ("fig", "tbl", "eq", "sec", "lst")
+CROSSREF_PREFIXES = tuple(f"{kind}-" for kind in CROSSREF_KINDS)  # @sec-tools, not @yao2023
 NOTEBOOK_DIRS = ("chapters", "exercises", "notebooks")  # where a notebook may import agentbook
 BADGE_FILES = ("README.md", "index.qmd")  # where readers find the Binder and Colab links
 LAUNCH_SERVICES = ("mybinder.org", "colab.research.google.com")
+LAUNCH_URL = re.compile(r"https://(?:mybinder\.org/v2/gh|colab\.research\.google\.com/github)"
+                        r"/[^\s)\"'<>\]]+")
 
 # Pandoc's citation key: a letter, digit or underscore, then more of them, with single
 # punctuation marks allowed inside (so the colon in "see @sec-budgets:" is not part of the key).
@@ -200,15 +203,11 @@ def references(text: str) -> Iterator[str]:
     return (match[1] for match in CITATION.finditer(prose_of(text)))
 
 
-def is_crossref(key: str) -> bool:
-    return key.split("-", 1)[0] in CROSSREF_KINDS and "-" in key
-
-
 def book_references(root: Path, crossrefs: bool) -> Iterator[tuple[str, str]]:
     """Every cross-reference, or else every citation, in the book's prose, with where it is."""
     for where, text in book_markdown(root):
         for key in references(text):
-            if is_crossref(key) == crossrefs:
+            if key.startswith(CROSSREF_PREFIXES) == crossrefs:
                 yield where, key
 
 
@@ -386,10 +385,8 @@ def check_environment(root: Path) -> list[str]:
     return problems
 
 
-def launch_urls(text: str) -> Iterator[str]:
-    for match in re.finditer(r"https://(?:mybinder\.org/v2/gh|colab\.research\.google\.com/"
-                             r"github)/[^\s)\"'<>\]]+", text):
-        yield match.group(0)
+def launch_urls(text: str) -> list[str]:
+    return LAUNCH_URL.findall(text)
 
 
 def launch_target(url: str) -> tuple[str, str, str]:
@@ -415,7 +412,7 @@ def check_launch_links(root: Path) -> list[str]:
         if not path.is_file():
             problems.append(f"{name} is missing")
             continue
-        urls = list(launch_urls(path.read_text(encoding="utf-8")))
+        urls = launch_urls(path.read_text(encoding="utf-8"))
         problems += [f"{name} has no {service} link" for service in LAUNCH_SERVICES
                      if not any(urlsplit(url).netloc == service for url in urls)]
         for url in urls:
@@ -438,10 +435,8 @@ def check_install_cells(root: Path) -> list[str]:
                 "no commit to pin"]
     expected = INSTALL_CELL.format(repo_url=f"https://github.com/{slug}", ref=commit)
     problems = []
-    notebooks = [path for folder in NOTEBOOK_DIRS
-                 for path in sorted((root / folder).rglob("*.ipynb"))
-                 if ".ipynb_checkpoints" not in path.parts]
-    for path in notebooks:
+    for path in sorted(path for folder in NOTEBOOK_DIRS for path in (root / folder).rglob("*.ipynb")
+                       if ".ipynb_checkpoints" not in path.parts):
         name = path.relative_to(root).as_posix()
         code = [cell for cell in read_cells(path) if cell.get("cell_type") == "code"]
         first_import = next((number for number, cell in enumerate(code)
