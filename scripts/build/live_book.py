@@ -1,16 +1,15 @@
-"""Make the rendered book read offline and run its cells in the page: Quarto's post-render step.
+"""Ready the rendered book to read offline and to run in the page: Quarto's post-render step.
 
-    python scripts/build/live_book.py [BOOK_DIR]
+    python scripts/build/live_book.py [BOOK_DIR]   (default: $QUARTO_PROJECT_OUTPUT_DIR or _book)
 
-BOOK_DIR defaults to $QUARTO_PROJECT_OUTPUT_DIR, else `_book`. Quarto adds require.js and
-jQuery from a CDN, and an inline `define('jquery', ...)`, to every page whose notebook has an
-HTML or JavaScript output, in case it is a widget; no option turns that off, and the book's
-outputs need neither. So first this removes those three tags, and nothing else, from every
-page. Then into BOOK_DIR/live/ it puts Pyodide's core (checked against
-live/pyodide-core.json; `npm ci` in live/ installs it), a wheel of agentbook, the runtime
-(live/*.js, live/runner.py) and each chapter's exercises as JSON; it marks each code cell of
-each page with its notebook cell id, and a cell the browser cannot run as static, with the
-reason. Standard library only: Quarto runs it with whichever Python is on PATH.
+Offline: Quarto adds require.js and jQuery from a CDN, and an inline `define('jquery', ...)`,
+to every page whose notebook has an HTML or JavaScript output, in case it is a widget; no
+option turns that off and the book's outputs need neither, so this removes exactly those tags.
+Live: into BOOK_DIR/live/ it puts Pyodide's core (checked against live/pyodide-core.json; `npm
+ci` in live/ installs it), a wheel of agentbook, the runtime (live/*.js, live/runner.py) and
+each chapter's exercises as JSON, and marks each code cell of each page with its notebook cell
+id, and a cell the browser cannot run as static, with the reason. Standard library only:
+Quarto runs it with whichever Python is on PATH.
 """
 
 from __future__ import annotations
@@ -173,9 +172,8 @@ def exercise_steps(notebook: Path) -> list[dict[str, str]]:
     """The exercise notebook as the page runs it, in order: set-up code, questions (otter's
     answer cells) and their `grader.check` cells; cells that install or drive otter are left
     out, as the page runs the public tests itself."""
-    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
     steps, prompt, question = [], "", ""
-    for cell in cells:
+    for cell in json.loads(notebook.read_text(encoding="utf-8"))["cells"]:
         source = "".join(cell["source"])
         check = CHECK.match(source)
         if cell["cell_type"] == "markdown":
@@ -241,9 +239,8 @@ def build_wheel(folder: Path) -> Path:
                                  f"Version: {version}\nRequires-Python: >=3.11\n").encode()
     files[f"{info}/WHEEL"] = (b"Wheel-Version: 1.0\nGenerator: scripts/build/live_book.py\n"
                               b"Root-Is-Purelib: true\nTag: py3-none-any\n")
-    record = [f"{name},sha256={digest(data)},{len(data)}" for name, data in files.items()]
-    record.append(f"{info}/RECORD,,")
-    files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
+    record = [f"{name},sha256={digest(data)},{len(data)}\n" for name, data in files.items()]
+    files[f"{info}/RECORD"] = "".join([*record, f"{info}/RECORD,,\n"]).encode()
     folder.mkdir(parents=True, exist_ok=True)
     wheel = folder / f"agentbook-{version}-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:

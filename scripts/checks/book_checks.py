@@ -145,8 +145,7 @@ def book_cells(root: Path, kind: str) -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 def book_markdown(root: Path) -> Iterator[tuple[str, str]]:
-    """The markdown of every listed file that exists (whole .qmd/.md files, markdown cells),
-    with where it came from."""
+    """Every listed file's markdown (a .qmd/.md file whole, each markdown cell), and where."""
     return ((where, cell_source(cell)) for where, cell in book_cells(root, "markdown"))
 
 
@@ -302,10 +301,8 @@ def check_diagrams(root: Path) -> list[str]:
     problems = []
     for where, text in book_markdown(root):
         prose, fences = split_fences(text)
-        for fence in fences:
-            if "mermaid" in fence.info and not is_mermaid(fence):
-                problems.append(f"{where}: a diagram fenced as ```{fence.info} "
-                                "must be ```{mermaid}")
+        problems += [f"{where}: a diagram fenced as ```{fence.info} must be ```{{mermaid}}"
+                     for fence in fences if "mermaid" in fence.info and not is_mermaid(fence)]
         if MERMAID_DIV.search(CODE_SPAN.sub(" ", prose)):
             problems.append(f'{where}: a <div class="mermaid"> must be a '
                             "```{mermaid} block")
@@ -313,8 +310,7 @@ def check_diagrams(root: Path) -> list[str]:
 
 
 def check_figures(root: Path) -> list[str]:
-    """Every figure (see block_options) has a `fig-` label and a `fig-cap`; every `tbl-`
-    labelled cell a `tbl-cap`."""
+    """Every figure (see block_options) has a `fig-` label and a `fig-cap`; a `tbl-` a `tbl-cap`."""
     problems = []
     for where, options, figure in block_options(root):
         label = str(options.get("label") or "")
@@ -345,8 +341,7 @@ def pip_pins(path: Path) -> dict[str, str]:
 
 
 def check_environment(root: Path) -> list[str]:
-    """environment.yml (Binder) pins everything, as the pip requirements do, and installs the
-    package itself."""
+    """environment.yml (Binder) pins every pip requirement's version and installs agentbook."""
     path = root / "environment.yml"
     if not path.is_file():
         return ["environment.yml is missing"]

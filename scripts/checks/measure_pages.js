@@ -44,7 +44,7 @@
     return false;
   };
   for (const el of main.querySelectorAll("img, svg, table, math, mjx-container, .figure")) {
-    if (outside(el) || el.closest("pre, svg svg") || el.parentElement.closest("svg")) continue;
+    if (outside(el) || el.closest("pre") || el.parentElement.closest("svg")) continue;
     if (inScrollBox(el)) continue;
     const box = el.getBoundingClientRect();
     if (box.right > column.right + 1 || box.left < column.left - 1) {
