@@ -95,8 +95,7 @@ def repository(config: dict[str, Any]) -> tuple[str, str]:
 
 
 def release_commit(root: Path) -> str:
-    """The commit whose package the install cells and the autograder install: `release` under
-    `[tool.agentbook]` in pyproject.toml, the one place that pins it."""
+    """What the install cells and the autograder install: pyproject's [tool.agentbook] release."""
     path = root / "pyproject.toml"
     config = tomllib.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     return str(config.get("tool", {}).get("agentbook", {}).get("release", ""))
@@ -215,10 +214,8 @@ def check_listed_files(root: Path) -> list[str]:
     config = load_config(root)
     if not config:
         return [f"{CONFIG} is missing or empty"]
-    problems = []
     listed = listed_files(config)
-    if not listed:
-        problems.append(f"{CONFIG} lists no chapters under book: chapters")
+    problems = [] if listed else [f"{CONFIG} lists no chapters under book: chapters"]
     bibliography = config.get("bibliography") or []
     filters = config.get("filters") or []
     others = [bibliography] if isinstance(bibliography, str) else list(bibliography)

@@ -51,10 +51,9 @@ class PageReport:
             return [f"{self.page}: no <main> element: the page did not load as a book page"]
         where = f"{self.page} at {self.viewport} px"
         found = [f"{where}: wider than its column: {what}" for what in self.too_wide]
-        for diagram in self.diagrams:
-            if diagram["smallest_px"] < MIN_DIAGRAM_TEXT_PX:
-                found.append(f"{where}: diagram {diagram['id']} has text of "
-                             f"{diagram['smallest_px']:.1f} px (\"{diagram['smallest_text']}\")")
+        found += [f"{where}: diagram {diagram['id']} has text of {diagram['smallest_px']:.1f} px "
+                  f"(\"{diagram['smallest_text']}\")"
+                  for diagram in self.diagrams if diagram["smallest_px"] < MIN_DIAGRAM_TEXT_PX]
         found += [f"{where}: low contrast: {label['diagram']}: \"{label['text']}\" at "
                   f"{label['contrast']:.1f}:1"
                   for label in self.labels if label["contrast"] < MIN_CONTRAST]
