@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scripts.build import offline_pages, print_book
+from scripts.build import live_book, print_book
 from scripts.checks import measure_pages
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -291,19 +291,19 @@ def test_the_post_render_step_removes_quartos_widget_scripts_and_nothing_else(
     (tmp_path / "chapters").mkdir()
     (tmp_path / "chapters" / "one.html").write_text(page, encoding="utf-8")
     (tmp_path / "two.html").write_text("<p>nothing to remove</p>\n", encoding="utf-8")
-    assert offline_pages.clean_book(tmp_path) == [
+    assert live_book.clean_book(tmp_path) == [
         "chapters/one.html: removed 3 require.js/jQuery tags"]
     assert (tmp_path / "chapters" / "one.html").read_text(encoding="utf-8") == (
         '<head>\n<script src="../a.js"></script>\n<title>t</title>\n'
         '<script src="../b.js"></script>\n</head>\n')
     assert network_references(tmp_path) == []
-    assert offline_pages.clean_book(tmp_path) == []  # a second run changes nothing
+    assert live_book.clean_book(tmp_path) == []  # a second run changes nothing
 
 
 def test_quarto_runs_the_post_render_step() -> None:
     config = yaml.safe_load((ROOT / "_quarto.yml").read_text(encoding="utf-8"))
     steps = config["project"]["post-render"]
-    assert steps == ["scripts/build/offline_pages.py", "scripts/build/live_book.py"]
+    assert steps == ["scripts/build/live_book.py"]
     assert all((ROOT / step).is_file() for step in steps)
 
 

@@ -45,8 +45,7 @@ def write(root: Path, wanted: dict[str, str], committed: dict[str, str]) -> list
         path = root / name
         if name in wanted:
             path.parent.mkdir(parents=True, exist_ok=True)
-            with path.open("w", encoding="utf-8", newline="") as file:
-                file.write(wanted[name])
+            path.write_text(wanted[name], encoding="utf-8", newline="")
         else:
             path.unlink()
     return changed

@@ -1,12 +1,15 @@
-"""Make the rendered book's cells runnable in the page: Quarto's second post-render step.
+"""Ready the rendered book to read offline and to run in the page: Quarto's post-render step.
 
-    python scripts/build/live_book.py [BOOK_DIR]
+    python scripts/build/live_book.py [BOOK_DIR]   (default: $QUARTO_PROJECT_OUTPUT_DIR or _book)
 
-Into BOOK_DIR/live/ it puts Pyodide's core (checked against live/pyodide-core.json; `npm ci`
-in live/ installs it), a wheel of agentbook, the runtime (live/*.js, live/runner.py) and each
-chapter's exercises as JSON; it marks each code cell of each page with its notebook cell id,
-and a cell the browser cannot run as static, with the reason. Standard library only: Quarto
-runs it with whichever Python is on PATH.
+Offline: Quarto adds require.js and jQuery from a CDN, and an inline `define('jquery', ...)`,
+to every page whose notebook has an HTML or JavaScript output, in case it is a widget; no
+option turns that off and the book's outputs need neither, so this removes exactly those tags.
+Live: into BOOK_DIR/live/ it puts Pyodide's core (checked against live/pyodide-core.json; `npm
+ci` in live/ installs it), a wheel of agentbook, the runtime (live/*.js, live/runner.py) and
+each chapter's exercises as JSON, and marks each code cell of each page with its notebook cell
+id, and a cell the browser cannot run as static, with the reason. Standard library only:
+Quarto runs it with whichever Python is on PATH.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import subprocess
 import sys
 import tomllib
 import zipfile
+from itertools import takewhile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,17 +55,32 @@ NOT_IN_PAGE = {
 WHEEL_TIME = (1980, 1, 1, 0, 0, 0)  # a fixed date: the same wheel bytes on every render
 # A code cell's div, which Quarto follows with the cell's source block (a diagram's is not).
 CELL_DIV = re.compile(r'<div (?:id="([^"]*)" )?class="cell"(?=[^>]*>\s*<div class="sourceCode)')
+# The widget tags exactly as Quarto 1.7 writes them, each with the line break after it.
+WIDGET_TAGS = re.compile(
+    r"[ \t]*<script\b[^>]*\bsrc=\"https?://[^\"]*/(?:require\.js/[\d.]+/require|"
+    r"jquery/[\d.]+/jquery)\.min\.js\"[^>]*>\s*</script>[ \t]*\n?"
+    r"|[ \t]*<script type=\"application/javascript\">\s*define\('jquery', \[\],\s*"
+    r"function\(\) \{return window\.jQuery;\}\)\s*</script>[ \t]*\n?"
+)
+
+
+def clean_book(book: Path) -> list[str]:
+    """Remove the widget tags from every page under `book`; say which pages changed."""
+    changed = []
+    for page in sorted(book.rglob("*.html")):
+        cleaned, removed = WIDGET_TAGS.subn("", page.read_text(encoding="utf-8"))
+        if removed:
+            page.write_text(cleaned, encoding="utf-8")
+            changed.append(f"{page.relative_to(book).as_posix()}: removed {removed} "
+                           "require.js/jQuery tags")
+    return changed
 
 
 def cell_options(source: str) -> dict[str, str]:
     """The `#| key: value` options at the top of a cell."""
-    options = {}
-    for line in source.splitlines():
-        if not line.startswith("#|"):
-            break
-        key, _, value = line[2:].partition(":")
-        options[key.strip()] = value.strip()
-    return options
+    lines = takewhile(lambda line: line.startswith("#|"), source.splitlines())
+    return {key.strip(): value.strip()
+            for key, _, value in (line[2:].partition(":") for line in lines)}
 
 
 def lacking_module(tree: ast.Module) -> str | None:
@@ -153,9 +172,8 @@ def exercise_steps(notebook: Path) -> list[dict[str, str]]:
     """The exercise notebook as the page runs it, in order: set-up code, questions (otter's
     answer cells) and their `grader.check` cells; cells that install or drive otter are left
     out, as the page runs the public tests itself."""
-    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
     steps, prompt, question = [], "", ""
-    for cell in cells:
+    for cell in json.loads(notebook.read_text(encoding="utf-8"))["cells"]:
         source = "".join(cell["source"])
         check = CHECK.match(source)
         if cell["cell_type"] == "markdown":
@@ -221,9 +239,8 @@ def build_wheel(folder: Path) -> Path:
                                  f"Version: {version}\nRequires-Python: >=3.11\n").encode()
     files[f"{info}/WHEEL"] = (b"Wheel-Version: 1.0\nGenerator: scripts/build/live_book.py\n"
                               b"Root-Is-Purelib: true\nTag: py3-none-any\n")
-    record = [f"{name},sha256={digest(data)},{len(data)}" for name, data in files.items()]
-    record.append(f"{info}/RECORD,,")
-    files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
+    record = [f"{name},sha256={digest(data)},{len(data)}\n" for name, data in files.items()]
+    files[f"{info}/RECORD"] = "".join([*record, f"{info}/RECORD,,\n"]).encode()
     folder.mkdir(parents=True, exist_ok=True)
     wheel = folder / f"agentbook-{version}-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
@@ -235,17 +252,17 @@ def build_wheel(folder: Path) -> Path:
 def build(book: Path) -> list[str]:
     """Everything above, into `book`; says what it did."""
     target = book / "live"
+    done = clean_book(book)
     if copy_core(target / "pyodide"):
         wheel = build_wheel(target)
         for name in RUNTIME_FILES:
             shutil.copyfile(LIVE / name, target / name)
         (target / "wheel.json").write_text(json.dumps({"wheel": wheel.name}), encoding="utf-8")
-        done = [f"live/: Pyodide {CORE['version']} core, {wheel.name}"]
+        done.append(f"live/: Pyodide {CORE['version']} core, {wheel.name}")
     else:
         # Without the runtime the pages say they are the static book (live/live.html).
         print("live_book.py: Pyodide is not in live/node_modules and `npm ci` could not "
               "install it, so the cells will not run in the page", file=sys.stderr)
-        done = []
     for chapter in sorted((ROOT / "chapters").glob("*.ipynb")):
         page = book / "chapters" / f"{chapter.stem}.html"
         if not page.is_file():

@@ -27,7 +27,7 @@ import pypandoc
 from scripts.build.generated import read_files, stale, sync, write
 from scripts.checks.book_checks import (
     CODE_SPAN,
-    bibliography_keys,
+    bibliography,
     cell_source,
     is_mermaid,
     listed_files,
@@ -130,9 +130,8 @@ def run_pandoc(book: Book, page: str, mode: str, targets: dict[str, Any]) -> str
     if mode == "collect":
         writer, extra = "markdown", filters
     else:
-        bibliography, _ = bibliography_keys(book.root)
         writer, extra = "ipynb", [
-            *filters, "--citeproc", f"--bibliography={book.root / bibliography}",
+            *filters, "--citeproc", f"--bibliography={book.root / bibliography(book.root)}",
             "--metadata=link-citations:true", "--lua-filter",
             str(ROOT / "filters" / "reader-references.lua")]
     environment = dict(os.environ, READER_MODE=mode, READER_PAGE=page, READER_CHAPTER=chapter,

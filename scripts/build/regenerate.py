@@ -43,21 +43,16 @@ def normalize(notebook: nbformat.NotebookNode) -> None:
 def execute(path: Path, timeout: int = 120) -> None:
     """Run one notebook top to bottom in its own folder and store the result."""
     notebook = nbformat.read(path, as_version=4)
-    client = NotebookClient(
-        notebook,
-        timeout=timeout,
+    NotebookClient(
+        notebook, timeout=timeout, kernel_name="python3", record_timing=False,
+        resources={"metadata": {"path": str(path.parent)}}, skip_cells_with_tag=SKIP_TAG,
         # A kernel starts in a few seconds, but on a busy machine (two regenerations, a test
         # run and other work sharing two cores) it has been seen to take over a minute.
         startup_timeout=300,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(path.parent)}},
-        skip_cells_with_tag=SKIP_TAG,
-        record_timing=False,
         # The kernel flushes prints on a timer, so one print can arrive in two pieces; merge
         # them so the stored text does not depend on how busy the machine was.
         coalesce_streams=True,
-    )
-    client.execute()
+    ).execute()
     normalize(notebook)
     nbformat.write(notebook, path)
 

@@ -13,17 +13,22 @@ import sys
 import textwrap
 import tomllib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from itertools import takewhile
 from pathlib import Path
-from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from typing import Any, NamedTuple
+from urllib.parse import parse_qs, urlsplit
 
+import pypandoc
 import yaml
 
 CONFIG = "_quarto.yml"
 CROSSREF_KINDS = ("fig", "tbl", "eq", "sec", "lst")
+CROSSREF_PREFIXES = tuple(f"{kind}-" for kind in CROSSREF_KINDS)  # @sec-tools, not @yao2023
 NOTEBOOK_DIRS = ("chapters", "exercises", "notebooks")  # where a notebook may import agentbook
 BADGE_FILES = ("README.md", "index.qmd")  # where readers find the Binder and Colab links
+LAUNCH_SERVICES = ("mybinder.org", "colab.research.google.com")
+LAUNCH_URL = re.compile(r"https://(?:mybinder\.org/v2/gh|colab\.research\.google\.com/github)"
+                        r"/[^\s)\"'<>\]]+")
 
 # Pandoc's citation key: a letter, digit or underscore, then more of them, with single
 # punctuation marks allowed inside (so the colon in "see @sec-budgets:" is not part of the key).
@@ -33,7 +38,6 @@ _KEY = r"[A-Za-z0-9_](?:[A-Za-z0-9_]|[:.#$%&\-+?<>~/](?=[A-Za-z0-9_]))*"
 CITATION = re.compile(r"(?<![\w@.:/])@(" + _KEY + ")")
 # A label is an attribute in braces: {#sec-tools}, {#eq-step}, {#tbl-canon .striped}.
 ATTRIBUTE_LABEL = re.compile(r"\{[^{}\n]*?#((?:" + "|".join(CROSSREF_KINDS) + r")-[^\s{}]+)")
-BIB_ENTRY = re.compile(r"^\s*@(\w+)\s*\{\s*([^,\s]+)\s*,", re.MULTILINE)
 FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*(.*?)\s*$")
 CODE_SPAN = re.compile(r"(`+)(?!`).+?(?<!`)\1(?!`)", re.DOTALL)
 HTML_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
@@ -61,9 +65,7 @@ if importlib.util.find_spec("agentbook") is None:
 def load_config(root: Path) -> dict[str, Any]:
     """The parsed `_quarto.yml`, or an empty mapping when there is none."""
     path = root / CONFIG
-    if not path.exists():
-        return {}
-    loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    loaded = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else {}
     return loaded if isinstance(loaded, dict) else {}
 
 
@@ -93,8 +95,7 @@ def repository(config: dict[str, Any]) -> tuple[str, str]:
 
 
 def release_commit(root: Path) -> str:
-    """The commit whose package the install cells and the autograder install: `release` under
-    `[tool.agentbook]` in pyproject.toml, the one place that pins it."""
+    """What the install cells and the autograder install: pyproject's [tool.agentbook] release."""
     path = root / "pyproject.toml"
     config = tomllib.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     return str(config.get("tool", {}).get("agentbook", {}).get("release", ""))
@@ -116,16 +117,6 @@ def check_release(root: Path) -> list[str]:
         return [f"agentbook/ has changed since the pinned release {commit[:12]}: commit it, "
                 "pin that commit in pyproject.toml and run `python3 dev.py book`"]
     return []
-
-
-def binder_url(slug: str, branch: str, path: str) -> str:
-    """Open `path` of the repository in JupyterLab on mybinder.org."""
-    return f"https://mybinder.org/v2/gh/{slug}/{branch}?labpath={path.replace('/', '%2F')}"
-
-
-def colab_url(slug: str, branch: str, path: str) -> str:
-    """Open the notebook at `path` of the repository in Google Colab."""
-    return f"https://colab.research.google.com/github/{slug}/blob/{branch}/{path}"
 
 
 def cell_source(cell: dict[str, Any]) -> str:
@@ -153,15 +144,12 @@ def book_cells(root: Path, kind: str) -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 def book_markdown(root: Path) -> Iterator[tuple[str, str]]:
-    """The markdown of every listed file that exists (whole .qmd/.md files, markdown cells),
-    with where it came from."""
+    """Every listed file's markdown (a .qmd/.md file whole, each markdown cell), and where."""
     return ((where, cell_source(cell)) for where, cell in book_cells(root, "markdown"))
 
 
-@dataclass(frozen=True)
-class Fence:
+class Fence(NamedTuple):
     """A fenced block in markdown: its info string (```{mermaid} gives "{mermaid}") and body."""
-
     info: str
     lines: list[str]
 
@@ -174,14 +162,12 @@ def split_fences(text: str) -> tuple[str, list[Fence]]:
     body: list[str] = []
     for line in text.splitlines():
         match = FENCE.match(line)
-        if opening is None:
-            if match:
-                opening, body = (match.group(1), match.group(2)), []
-            else:
-                prose.append(line)
-        elif match and match.group(1)[0] == opening[0][0] and len(match.group(1)) >= len(
-            opening[0]
-        ) and not match.group(2):
+        if opening is None and match:
+            opening, body = (match[1], match[2]), []
+        elif opening is None:
+            prose.append(line)
+        # A fence closes with at least as many of the same character, and no info string.
+        elif match and not match[2] and match[1].startswith(opening[0][0] * len(opening[0])):
             fences.append(Fence(opening[1], body))
             opening = None
         else:
@@ -193,21 +179,14 @@ def split_fences(text: str) -> tuple[str, list[Fence]]:
 
 def prose_of(text: str) -> str:
     """Markdown without code blocks, code spans and comments: where references can live."""
-    prose, _ = split_fences(text)
-    return CODE_SPAN.sub(" ", HTML_COMMENT.sub(" ", prose))
+    return CODE_SPAN.sub(" ", HTML_COMMENT.sub(" ", split_fences(text)[0]))
 
 
 def cell_options(lines: list[str], prefix: str) -> dict[str, Any]:
     """Quarto cell options: the leading `#| key: value` (or `%%| ...`) lines, as YAML."""
-    option_lines = []
-    for line in lines:
-        if not line.startswith(prefix):
-            break
-        option_lines.append(line[len(prefix):])
-    if not option_lines:
-        return {}
+    leading = takewhile(lambda line: line.startswith(prefix), lines)
     try:
-        options = yaml.safe_load(textwrap.dedent("\n".join(option_lines)))
+        options = yaml.safe_load(textwrap.dedent("\n".join(line[len(prefix):] for line in leading)))
     except yaml.YAMLError:
         return {}
     return options if isinstance(options, dict) else {}
@@ -219,12 +198,15 @@ def is_mermaid(fence: Fence) -> bool:
 
 def references(text: str) -> Iterator[str]:
     """Every `@key` in the prose of `text`, cross-references and citations alike."""
-    for match in CITATION.finditer(prose_of(text)):
-        yield match.group(1)
+    return (match[1] for match in CITATION.finditer(prose_of(text)))
 
 
-def is_crossref(key: str) -> bool:
-    return key.split("-", 1)[0] in CROSSREF_KINDS and "-" in key
+def book_references(root: Path, crossrefs: bool) -> Iterator[tuple[str, str]]:
+    """Every cross-reference, or else every citation, in the book's prose, with where it is."""
+    for where, text in book_markdown(root):
+        for key in references(text):
+            if key.startswith(CROSSREF_PREFIXES) == crossrefs:
+                yield where, key
 
 
 def check_listed_files(root: Path) -> list[str]:
@@ -232,10 +214,8 @@ def check_listed_files(root: Path) -> list[str]:
     config = load_config(root)
     if not config:
         return [f"{CONFIG} is missing or empty"]
-    problems = []
     listed = listed_files(config)
-    if not listed:
-        problems.append(f"{CONFIG} lists no chapters under book: chapters")
+    problems = [] if listed else [f"{CONFIG} lists no chapters under book: chapters"]
     bibliography = config.get("bibliography") or []
     filters = config.get("filters") or []
     others = [bibliography] if isinstance(bibliography, str) else list(bibliography)
@@ -250,21 +230,28 @@ def check_listed_files(root: Path) -> list[str]:
     return problems
 
 
+def block_options(root: Path) -> Iterator[tuple[str, dict[str, Any], bool]]:
+    """The options of every code cell, then of every {mermaid} diagram, with where it is and
+    whether it is a figure: a diagram, or a cell with an image among its outputs."""
+    for where, cell in book_cells(root, "code"):
+        image = any(key.startswith("image/") for output in cell.get("outputs") or []
+                    for key in (output.get("data") or {}))
+        yield where, cell_options(cell_source(cell).splitlines(), "#|"), image
+    for where, text in book_markdown(root):
+        for fence in split_fences(text)[1]:
+            if is_mermaid(fence):
+                yield where, cell_options(fence.lines, "%%|"), True
+
+
 def labels(root: Path) -> dict[str, list[str]]:
     """Every label in the book and where each is defined (more than once is a problem)."""
     found: dict[str, list[str]] = {}
     for where, text in book_markdown(root):
-        prose, fences = split_fences(text)
-        names = ATTRIBUTE_LABEL.findall(CODE_SPAN.sub(" ", prose))
-        names += [str(cell_options(fence.lines, "%%|").get("label", "")) for fence in fences
-                  if is_mermaid(fence)]
-        for name in names:
-            if name:
-                found.setdefault(name, []).append(where)
-    for where, cell in book_cells(root, "code"):
-        label = cell_options(cell_source(cell).splitlines(), "#|").get("label")
-        if label:
-            found.setdefault(str(label), []).append(where)
+        for name in ATTRIBUTE_LABEL.findall(CODE_SPAN.sub(" ", split_fences(text)[0])):
+            found.setdefault(name, []).append(where)
+    for where, options, _ in block_options(root):
+        if options.get("label"):
+            found.setdefault(str(options["label"]), []).append(where)
     return found
 
 
@@ -274,46 +261,35 @@ def check_crossrefs(root: Path) -> list[str]:
     defined = labels(root)
     problems = [f"label {name} is defined more than once: {'; '.join(places)}"
                 for name, places in sorted(defined.items()) if len(places) > 1]
-    referenced: set[str] = set()
-    for where, text in book_markdown(root):
-        for key in references(text):
-            if not is_crossref(key):
-                continue
-            referenced.add(key)
-            if key not in defined:
-                problems.append(f"{where}: @{key} refers to a label the book does not have")
-    for name, places in sorted(defined.items()):
-        if name.startswith(("fig-", "eq-")) and name not in referenced:
-            problems.append(f"{places[0]}: {name} is never referred to as @{name}")
+    found = list(book_references(root, crossrefs=True))
+    problems += [f"{where}: @{key} refers to a label the book does not have"
+                 for where, key in found if key not in defined]
+    referenced = {key for _, key in found}
+    problems += [f"{places[0]}: {name} is never referred to as @{name}"
+                 for name, places in sorted(defined.items())
+                 if name.startswith(("fig-", "eq-")) and name not in referenced]
     return problems
 
 
-def bibliography_keys(root: Path) -> tuple[str, set[str]]:
-    """The bibliography file `_quarto.yml` names and the keys of its entries."""
+def bibliography(root: Path) -> str:
+    """The bibliography file `_quarto.yml` names."""
     name = load_config(root).get("bibliography") or "references.bib"
-    name = name if isinstance(name, str) else name[0]
-    path = root / name
-    text = path.read_text(encoding="utf-8") if path.is_file() else ""
-    keys = {key for kind, key in BIB_ENTRY.findall(text)
-            if kind.lower() not in ("comment", "string", "preamble")}
-    return name, keys
+    return name if isinstance(name, str) else name[0]
 
 
 def check_citations(root: Path) -> list[str]:
     """Every citation has an entry, and every entry is cited (the references page lists only
     the works the book cites)."""
-    bib_name, keys = bibliography_keys(root)
-    problems = []
-    cited: set[str] = set()
-    for where, text in book_markdown(root):
-        for key in references(text):
-            if is_crossref(key):
-                continue
-            cited.add(key)
-            if key not in keys:
-                problems.append(f"{where}: @{key} is cited but {bib_name} has no entry")
-    for key in sorted(keys - cited):
-        problems.append(f"{bib_name}: {key} is never cited, so the references page omits it")
+    bib_name = bibliography(root)
+    path = root / bib_name  # pandoc reads it, as Quarto's citeproc will
+    entries = json.loads(pypandoc.convert_file(path, "csljson", format="bibtex")
+                         if path.is_file() else "[]")
+    keys = {entry["id"] for entry in entries}
+    found = list(book_references(root, crossrefs=False))
+    problems = [f"{where}: @{key} is cited but {bib_name} has no entry"
+                for where, key in found if key not in keys]
+    problems += [f"{bib_name}: {key} is never cited, so the references page omits it"
+                 for key in sorted(keys - {key for _, key in found})]
     return problems
 
 
@@ -322,10 +298,8 @@ def check_diagrams(root: Path) -> list[str]:
     problems = []
     for where, text in book_markdown(root):
         prose, fences = split_fences(text)
-        for fence in fences:
-            if "mermaid" in fence.info and not is_mermaid(fence):
-                problems.append(f"{where}: a diagram fenced as ```{fence.info} "
-                                "must be ```{mermaid}")
+        problems += [f"{where}: a diagram fenced as ```{fence.info} must be ```{{mermaid}}"
+                     for fence in fences if "mermaid" in fence.info and not is_mermaid(fence)]
         if MERMAID_DIV.search(CODE_SPAN.sub(" ", prose)):
             problems.append(f'{where}: a <div class="mermaid"> must be a '
                             "```{mermaid} block")
@@ -333,13 +307,9 @@ def check_diagrams(root: Path) -> list[str]:
 
 
 def check_figures(root: Path) -> list[str]:
-    """Every figure has a `fig-` label and a `fig-cap`; every `tbl-` labelled cell a `tbl-cap`.
-
-    A figure is a code cell with an image among its outputs, or a {mermaid} diagram.
-    """
+    """Every figure (see block_options) has a `fig-` label and a `fig-cap`; a `tbl-` a `tbl-cap`."""
     problems = []
-
-    def caption_problems(where: str, options: dict[str, Any], figure: bool) -> None:
+    for where, options, figure in block_options(root):
         label = str(options.get("label") or "")
         if figure and not label.startswith("fig-"):
             problems.append(f"{where}: a figure needs a #| label: fig-... option")
@@ -347,16 +317,6 @@ def check_figures(root: Path) -> list[str]:
             problems.append(f"{where}: figure {label} needs a fig-cap")
         if label.startswith("tbl-") and not options.get("tbl-cap"):
             problems.append(f"{where}: table {label} needs a tbl-cap")
-
-    for where, cell in book_cells(root, "code"):
-        outputs = cell.get("outputs") or []
-        has_image = any(key.startswith("image/") for output in outputs
-                        for key in (output.get("data") or {}))
-        caption_problems(where, cell_options(cell_source(cell).splitlines(), "#|"), has_image)
-    for where, text in book_markdown(root):
-        for fence in split_fences(text)[1]:
-            if is_mermaid(fence):
-                caption_problems(where, cell_options(fence.lines, "%%|"), True)
     return problems
 
 
@@ -378,8 +338,7 @@ def pip_pins(path: Path) -> dict[str, str]:
 
 
 def check_environment(root: Path) -> list[str]:
-    """environment.yml (Binder) pins everything, as the pip requirements do, and installs the
-    package itself."""
+    """environment.yml (Binder) pins every pip requirement's version and installs agentbook."""
     path = root / "environment.yml"
     if not path.is_file():
         return ["environment.yml is missing"]
@@ -387,45 +346,39 @@ def check_environment(root: Path) -> list[str]:
     problems = []
     if "conda-forge" not in (environment.get("channels") or []):
         problems.append("environment.yml: channels must include conda-forge")
+    dependencies = environment.get("dependencies") or []
+    conda = [str(entry).strip() for entry in dependencies if not isinstance(entry, dict)]
+    pip = [str(line).strip() for entry in dependencies if isinstance(entry, dict)
+           for line in entry.get("pip") or []]
     pinned: dict[str, str] = {}
-    installs_package = False
-    for dependency in environment.get("dependencies") or []:
-        if isinstance(dependency, dict):
-            for line in dependency.get("pip") or []:
-                line = str(line).strip()
-                if line in ("-e .", "."):
-                    installs_package = True
-                elif match := PIP_PIN.match(line):
-                    pinned[normalize(match.group(1))] = match.group(2)
-                else:
-                    problems.append(f"environment.yml: pip requirement {line!r} is not pinned")
-        elif match := CONDA_PIN.match(str(dependency).strip()):
-            pinned[normalize(match.group(1))] = match.group(2)
+    for line in conda:
+        if match := CONDA_PIN.match(line):
+            pinned[normalize(match[1])] = match[2]
         else:
-            problems.append(f"environment.yml: {dependency!r} is not pinned to one version")
-    if not installs_package:
+            problems.append(f"environment.yml: {line!r} is not pinned to one version")
+    for line in pip:
+        if match := PIP_PIN.match(line):
+            pinned[normalize(match[1])] = match[2]
+        elif line not in ("-e .", "."):
+            problems.append(f"environment.yml: pip requirement {line!r} is not pinned")
+    if not {"-e .", "."} & set(pip):
         problems.append("environment.yml: the pip section must install the book's package "
                         "with '-e .', so that `import agentbook` works")
     if not re.fullmatch(r"3\.\d+\.\d+", pinned.get("python", "")):
         problems.append("environment.yml: python must be pinned to a full version, e.g. 3.11.7")
     requirements = {name: pip_pins(root / name) for name in
                     ("requirements.txt", "requirements-dev.txt") if (root / name).is_file()}
-    for package, version in requirements.get("requirements.txt", {}).items():
-        if package not in pinned:
-            problems.append(f"environment.yml does not pin {package} "
-                            f"(requirements.txt pins {version})")
-    for name, pins in requirements.items():
-        for package, version in pins.items():
-            if package in pinned and pinned[package] != version:
-                problems.append(f"environment.yml pins {package} {pinned[package]}, "
-                                f"but {name} pins {version}")
+    problems += [f"environment.yml does not pin {package} (requirements.txt pins {version})"
+                 for package, version in requirements.get("requirements.txt", {}).items()
+                 if package not in pinned]
+    problems += [f"environment.yml pins {package} {pinned[package]}, but {name} pins {version}"
+                 for name, pins in requirements.items() for package, version in pins.items()
+                 if package in pinned and pinned[package] != version]
     return problems
 
 
-def launch_urls(text: str) -> Iterator[str]:
-    for match in re.finditer(r"https://(?:mybinder\.org/v2/gh|colab\.research\.google\.com/"
-                             r"github)/[^\s)\"'<>\]]+", text):
-        yield match.group(0)
+def launch_urls(text: str) -> list[str]:
+    return LAUNCH_URL.findall(text)
 
 
 def launch_target(url: str) -> tuple[str, str, str]:
@@ -433,12 +386,10 @@ def launch_target(url: str) -> tuple[str, str, str]:
     parts = urlsplit(url)
     pieces = parts.path.strip("/").split("/")
     if parts.netloc == "mybinder.org":  # /v2/gh/OWNER/NAME/BRANCH?labpath=PATH
-        slug, branch = "/".join(pieces[2:4]), "/".join(pieces[4:])
-        path = unquote(parse_qs(parts.query).get("labpath", [""])[0])
-        return slug, branch, path
+        labpath = parse_qs(parts.query).get("labpath", [""])[0]  # decoded by parse_qs
+        return "/".join(pieces[2:4]), "/".join(pieces[4:]), labpath
     # colab: /github/OWNER/NAME/blob/BRANCH/PATH
-    slug, branch = "/".join(pieces[1:3]), pieces[4] if len(pieces) > 4 else ""
-    return slug, branch, "/".join(pieces[5:])
+    return "/".join(pieces[1:3]), "/".join(pieces[4:5]), "/".join(pieces[5:])
 
 
 def check_launch_links(root: Path) -> list[str]:
@@ -453,10 +404,9 @@ def check_launch_links(root: Path) -> list[str]:
         if not path.is_file():
             problems.append(f"{name} is missing")
             continue
-        urls = list(launch_urls(path.read_text(encoding="utf-8")))
-        for service in ("mybinder.org", "colab.research.google.com"):
-            if not any(urlsplit(url).netloc == service for url in urls):
-                problems.append(f"{name} has no {service} link")
+        urls = launch_urls(path.read_text(encoding="utf-8"))
+        problems += [f"{name} has no {service} link" for service in LAUNCH_SERVICES
+                     if not any(urlsplit(url).netloc == service for url in urls)]
         for url in urls:
             target_slug, target_branch, target = launch_target(url)
             if (target_slug, target_branch) != (slug, branch):
@@ -477,10 +427,8 @@ def check_install_cells(root: Path) -> list[str]:
                 "no commit to pin"]
     expected = INSTALL_CELL.format(repo_url=f"https://github.com/{slug}", ref=commit)
     problems = []
-    notebooks = [path for folder in NOTEBOOK_DIRS
-                 for path in sorted((root / folder).rglob("*.ipynb"))
-                 if ".ipynb_checkpoints" not in path.parts]
-    for path in notebooks:
+    for path in sorted(path for folder in NOTEBOOK_DIRS for path in (root / folder).rglob("*.ipynb")
+                       if ".ipynb_checkpoints" not in path.parts):
         name = path.relative_to(root).as_posix()
         code = [cell for cell in read_cells(path) if cell.get("cell_type") == "code"]
         first_import = next((number for number, cell in enumerate(code)

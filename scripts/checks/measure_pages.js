@@ -18,22 +18,21 @@
     const inner = pre.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
     return Math.floor(inner / charWidth + 0.001);
   };
-  const longestLine = (el) =>
-    el.textContent.split("\n").reduce((a, b) => (b.length > a.length ? b : a), "");
 
   const columnsChars = [];
   const tooWide = [];
   const blocks = Array.from(main.querySelectorAll("pre")).filter(
     (pre) => !outside(pre) && !pre.classList.contains("mermaid-js") && pre.offsetParent);
   for (const pre of blocks) {
-    columnsChars.push(charsThatFit(pre));
+    const fit = charsThatFit(pre);
+    columnsChars.push(fit);
     const scrollers = [pre, pre.querySelector("code"), pre.closest("div.sourceCode")];
     const scrolls = scrollers.some((el) => el && el.scrollWidth > el.clientWidth + 1);
     const spills = pre.getBoundingClientRect().right > column.right + 1;
     if (scrolls || spills) {
-      const line = longestLine(pre);
+      const line = pre.textContent.split("\n").reduce((a, b) => (b.length > a.length ? b : a));
       tooWide.push(`${pre.closest(".cell-output") ? "output" : "code"} line of ` +
-        `${line.length} characters, ${charsThatFit(pre)} fit: ${line.slice(0, 60)}`);
+        `${line.length} characters, ${fit} fit: ${line.slice(0, 60)}`);
     }
   }
   // A box that scrolls sideways inside the column (a wide table or diagram on a phone)
@@ -45,7 +44,7 @@
     return false;
   };
   for (const el of main.querySelectorAll("img, svg, table, math, mjx-container, .figure")) {
-    if (outside(el) || el.closest("pre, svg svg") || el.parentElement.closest("svg")) continue;
+    if (outside(el) || el.closest("pre") || el.parentElement.closest("svg")) continue;
     if (inScrollBox(el)) continue;
     const box = el.getBoundingClientRect();
     if (box.right > column.right + 1 || box.left < column.left - 1) {
@@ -132,7 +131,6 @@
   }
   return {
     loaded: true, viewport: window.innerWidth, column: [column.left, column.width],
-    columns_chars: columnsChars, too_wide: tooWide,
-    diagrams: diagrams, labels: labels,
+    columns_chars: columnsChars, too_wide: tooWide, diagrams: diagrams, labels: labels,
   };
 })()

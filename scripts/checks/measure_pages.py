@@ -51,10 +51,9 @@ class PageReport:
             return [f"{self.page}: no <main> element: the page did not load as a book page"]
         where = f"{self.page} at {self.viewport} px"
         found = [f"{where}: wider than its column: {what}" for what in self.too_wide]
-        for diagram in self.diagrams:
-            if diagram["smallest_px"] < MIN_DIAGRAM_TEXT_PX:
-                found.append(f"{where}: diagram {diagram['id']} has text of "
-                             f"{diagram['smallest_px']:.1f} px (\"{diagram['smallest_text']}\")")
+        found += [f"{where}: diagram {diagram['id']} has text of {diagram['smallest_px']:.1f} px "
+                  f"(\"{diagram['smallest_text']}\")"
+                  for diagram in self.diagrams if diagram["smallest_px"] < MIN_DIAGRAM_TEXT_PX]
         found += [f"{where}: low contrast: {label['diagram']}: \"{label['text']}\" at "
                   f"{label['contrast']:.1f}:1"
                   for label in self.labels if label["contrast"] < MIN_CONTRAST]
@@ -63,9 +62,8 @@ class PageReport:
 
 def find_chromium() -> str | None:
     """The Chromium binary: $CHROMIUM if set, else the first known name on PATH."""
-    if os.environ.get("CHROMIUM"):
-        return os.environ["CHROMIUM"]
-    return next((path for name in CHROMIUM_NAMES if (path := shutil.which(name))), None)
+    return os.environ.get("CHROMIUM") or next(
+        (path for name in CHROMIUM_NAMES if (path := shutil.which(name))), None)
 
 
 @contextmanager
@@ -76,10 +74,9 @@ def chromium_browser() -> Iterator[Any]:
     chromium = find_chromium()
     if chromium is None:
         raise FileNotFoundError("Chromium not found (set $CHROMIUM or put it on PATH)")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+    with sync_playwright() as playwright, playwright.chromium.launch(
+            executable_path=chromium, args=CHROMIUM_FLAGS) as browser:
         yield browser
-        browser.close()
 
 
 def open_page(page: Any, url: str) -> None:
