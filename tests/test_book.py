@@ -262,7 +262,7 @@ def test_a_notebook_that_imports_agentbook_installs_it_first(book: Path) -> None
         code_cell("from agentbook import *"),
     ])
     write_notebook(book / "notebooks" / "unpinned.ipynb", [
-        code_cell(install.replace(f"@{PINNED}", "")), code_cell("import agentbook"),
+        code_cell(install.replace(PINNED, "")), code_cell("import agentbook"),
     ])
     assert check_install_cells(book) == [
         "exercises/late.ipynb: code cell 1 imports agentbook, but no install cell comes before it",

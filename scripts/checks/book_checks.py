@@ -56,10 +56,11 @@ import importlib.util
 import subprocess
 import sys
 
-RELEASE = "git+{repo_url}@{ref}"
+REPOSITORY = "git+{repo_url}"
+COMMIT = "{ref}"
 if importlib.util.find_spec("agentbook") is None:
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
-                    f"agentbook @ {{RELEASE}}"], check=True)"""
+                    f"agentbook @ {{REPOSITORY}}@{{COMMIT}}"], check=True)"""
 
 
 def load_config(root: Path) -> dict[str, Any]:
