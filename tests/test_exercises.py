@@ -326,3 +326,12 @@ def test_every_public_test_notices_an_unanswered_question_first() -> None:
         tests = [node for node in ast.parse(text).body if isinstance(node, ast.FunctionDef)]
         said = [test.name for test in tests if "not answered yet" in ast.unparse(test)]
         assert said, f"{name}: no public test says 'not answered yet'"
+
+
+@pytest.mark.parametrize("topic", ["anatomy", "durable"])
+def test_the_student_notebook_links_to_its_chapter_and_never_to_the_solutions(
+        topic: str) -> None:
+    text = (REPO_ROOT / "exercises" / f"{topic}-exercises.ipynb").read_text(encoding="utf-8")
+    [chapter] = sorted((REPO_ROOT / "notebooks").glob(f"*_{topic}.ipynb"))
+    assert f"blob/main/notebooks/{chapter.name}" in text
+    assert "exercises/source" not in text  # the annotated source holds the hidden tests
