@@ -8,8 +8,6 @@ absent.
 
 import html
 import json
-import os
-import shutil
 from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
@@ -18,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from scripts.checks.measure_pages import CHROMIUM_FLAGS, find_chromium
 from agentbook import (
     SYSTEM_PROMPT_WITH_LIMIT,
     Limits,
@@ -250,18 +249,9 @@ def test_transcript_reads_step_by_step_within_79_characters() -> None:
 
 # --- the stepper, in a real browser -------------------------------------------------------
 
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                  "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync"]
 CHAPTER_PAGE = Path("_book") / "chapters" / "01_anatomy.html"
 STYLESHEET = "explorer/run-explorer.css"
 SCRIPT = "explorer/run-explorer.html"
-def chromium_path() -> str | None:
-    found = os.environ.get("AGENTBOOK_CHROMIUM")
-    candidates = [found] if found else ["chromium", "chromium-browser", "google-chrome"]
-    return next((shutil.which(name) for name in candidates if shutil.which(name)), None)
-
-
 def explorer_includes(config: dict[str, Any]) -> list[str]:
     """The files under format.html of a Quarto config that name the explorer."""
     html_format = (config.get("format") or {}).get("html") or {}
@@ -299,8 +289,8 @@ def chapter_runs() -> dict[str, tuple[RunResult, list[dict[str, Any]], Limits]]:
 @pytest.fixture(scope="module")
 def rendered(rendered_book: tuple[Path, str]) -> Path:
     """The chapter's page in the book rendered once per run (tests/conftest.py)."""
-    if chromium_path() is None:
-        pytest.skip("no Chromium found (set AGENTBOOK_CHROMIUM or install Debian's chromium)")
+    if find_chromium() is None:
+        pytest.skip("no Chromium found (set $CHROMIUM or install Debian's chromium)")
     pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
     book, _ = rendered_book
     page = book / CHAPTER_PAGE.relative_to("_book")
@@ -420,7 +410,7 @@ def browser(rendered: Path) -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=chromium_path(),
+        chromium = playwright.chromium.launch(executable_path=find_chromium(),
                                               args=CHROMIUM_FLAGS)
         try:
             yield chromium

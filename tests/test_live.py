@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from scripts.build import live_book
-from tests.test_explorer import CHROMIUM_FLAGS, chromium_path
+from scripts.checks.measure_pages import CHROMIUM_FLAGS, find_chromium
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTER = ROOT / "chapters" / "01_anatomy.ipynb"
@@ -122,8 +122,8 @@ def test_the_exercise_steps_pair_each_answer_with_its_check() -> None:
 @pytest.fixture(scope="module")
 def served(rendered_book: tuple[Path, str]) -> Iterator[str]:
     """The rendered book over HTTP from this machine, as `python3 -m http.server` serves it."""
-    if chromium_path() is None:
-        pytest.skip("no Chromium found (set AGENTBOOK_CHROMIUM or install Debian's chromium)")
+    if find_chromium() is None:
+        pytest.skip("no Chromium found (set $CHROMIUM or install Debian's chromium)")
     pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
     book, _ = rendered_book
     handler = functools.partial(QuietHandler, directory=str(book))
@@ -147,7 +147,7 @@ def context(served: str) -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium_path(),
+        browser = playwright.chromium.launch(executable_path=find_chromium(),
                                              args=CHROMIUM_FLAGS)
         context = browser.new_context(viewport={"width": 1280, "height": 900})
         outside: list[str] = []
