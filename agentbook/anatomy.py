@@ -626,6 +626,19 @@ def _act_on(state: RunState, proposals: list[ToolCall],
 
 
 # From chapters/01_anatomy.ipynb, cell run-agent
+def _ask(model: Any, state: RunState) -> Any:
+    """Call the model once; if it raises, the error carries the run.
+
+    The failed turn leaves no trace in ``state``, and every call before it
+    has its answer, so ``resume_agent(error.state, ...)`` can carry on.
+    """
+    try:
+        return model.chat(state.messages)
+    except BaseException as failure:
+        failure.state = state  # type: ignore[attr-defined]
+        raise
+
+
 def _run_loop(state: RunState, model: Any, tools: dict[str, ToolSpec],
               gate: Gate, limits: Limits) -> RunResult:
     """Propose, gate, execute, observe from ``state`` until a typed stop."""
@@ -634,7 +647,7 @@ def _run_loop(state: RunState, model: Any, tools: dict[str, ToolSpec],
         size = estimate_tokens(state.messages)
         if size > limits.max_prompt_tokens:  # checked before paying for it
             return RunResult(Stop.TOKEN_LIMIT, None, state)
-        reply = _as_assistant_message(model.chat(state.messages))
+        reply = _as_assistant_message(_ask(model, state))
         state.messages.append(reply)
         state.prompt_token_log.append(size)
         state.turns += 1
