@@ -392,9 +392,11 @@ def estimate_tokens(messages: list[dict[str, Any]]) -> int:
     """Estimate a prompt's size in tokens: its JSON length divided by four.
 
     The rule is rough, but it only ever grows as the transcript grows, and
-    that is the property a budget needs.
+    that is the property a budget needs. A value JSON lacks is priced as
+    its text, so pricing a prompt never fails.
     """
-    characters = sum(len(json.dumps(message)) for message in messages)
+    characters = sum(len(json.dumps(message, default=str))
+                     for message in messages)
     return characters // 4
 
 

@@ -33,6 +33,7 @@ from agentbook import (
     anatomy,
     answer_message,
     check_run,
+    estimate_tokens,
     execute_plan,
     make_environment,
     map_calls,
@@ -630,3 +631,12 @@ def test_the_validator_accepts_what_json_schema_accepts_but_whole_floats_for_int
     assert ours == (theirs and not (declared is int and whole_float))
     # what the parser can deliver at all is JSON, so the comparison is fair
     assert json.loads(json.dumps({"x": value})) == {"x": value}
+
+
+def test_check_run_and_the_token_estimate_never_raise_on_a_value_json_lacks():
+    result, effects = gated_run()
+    state = copy.deepcopy(result.state)
+    state.messages[1]["content"] = Decimal("1")
+    assert estimate_tokens(state.messages) > 0
+    report = check_run(replace(result, state=state), effects, Limits())
+    assert report["bounded"] is False  # the transcript no longer prices as logged
