@@ -499,9 +499,10 @@ def _print_wrapped(label: str, text: str) -> None:
     Continuation lines are indented under the text, so that a long
     message still reads as one message.
     """
-    prefix = f"{label:<6} | "
     # A lone surrogate is valid in a JSON string but cannot be printed.
-    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    label, text = (part.encode("utf-8", "backslashreplace").decode()
+                   for part in (label, text))
+    prefix = f"{label:<6} | "
     wrapped = textwrap.fill(text, TRANSCRIPT_WIDTH, initial_indent=prefix,
                             subsequent_indent=" " * len(prefix))
     print(wrapped or prefix.rstrip())
