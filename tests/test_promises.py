@@ -640,3 +640,12 @@ def test_check_run_and_the_token_estimate_never_raise_on_a_value_json_lacks():
     assert estimate_tokens(state.messages) > 0
     report = check_run(replace(result, state=state), effects, Limits())
     assert report["bounded"] is False  # the transcript no longer prices as logged
+
+
+def test_an_integer_too_long_for_json_text_is_answered_invalid():
+    reply = {**tool_call_message("c", "refund_order", PAID), "content": 10**5000}
+    tools, effects = make_environment()
+    result = run_agent(TASK, ScriptedModel(turns=[reply]), tools, refund_gate)
+    assert effects == []
+    assert result.state.observations[0].content == "the reply held a value of type int"
+    state_to_json(result.state)
