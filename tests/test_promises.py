@@ -649,3 +649,15 @@ def test_an_integer_too_long_for_json_text_is_answered_invalid():
     assert effects == []
     assert result.state.observations[0].content == "the reply held a value of type int"
     state_to_json(result.state)
+
+
+def test_answers_to_calls_sharing_an_id_may_trade_places_without_a_verdict_changing():
+    """With one id for two calls, the record cannot say which answer is whose."""
+    message = message_of(one_call("p", "lookup_order", LOOKUP),
+                         one_call("p", "read_policy", {}))
+    tools, effects = make_environment()
+    result = run_agent(TASK, ScriptedModel(turns=[message]), tools, refund_gate)
+    swapped = copy.deepcopy(result.state)
+    swapped.messages[3], swapped.messages[4] = swapped.messages[4], swapped.messages[3]
+    assert check_run(replace(result, state=swapped), effects, Limits()) == check_run(
+        result, effects, Limits())
