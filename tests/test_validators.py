@@ -1,0 +1,89 @@
+"""The book passes the validators its readers' tools apply.
+
+- EPUBCheck, the EPUB reference validator that e-readers and stores rely on, on the EPUB the
+  render writes (scripts/build/clean_epub.py removes what an EPUB may not hold); it runs
+  where Debian's `epubcheck` and a Java runtime are installed, and skips elsewhere.
+- The cleaning step itself, on a small EPUB made here, so it is checked without Quarto.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from scripts.build import clean_epub
+
+EPUBCHECK_JAR = Path("/usr/share/java/epubcheck.jar")  # where Debian's epubcheck puts it
+PAGE = """<?xml version="1.0" encoding="UTF-8"?>
+<html xmlns="http://www.w3.org/1999/xhtml"><head>
+  <script src="https://cdn.example/require.min.js" crossorigin="anonymous"></script>
+  <script type="application/javascript">define('jquery', [],function() {})</script>
+</head><body><section id="{section}">
+<div><style scoped>
+    .dataframe tbody tr th:only-of-type { vertical-align: middle; }
+</style><table class="dataframe"><tr><td>1</td></tr></table></div>
+<div class="run-explorer"><script type="application/json">{"steps": []}</script>
+<pre>the transcript</pre></div>
+<p>See the <a href="references.qmd">References</a> and <a href="references.qmd#refs">one</a>.</p>
+</section></body></html>
+"""
+GLYPHS = '<svg xmlns="http://www.w3.org/2000/svg"><path id="g-20" transform="scale(1)"/>' \
+         '<path id="g-41" d="M 0 0 L 1 1"/></svg>'
+
+
+def make_epub(path: Path, pages: dict[str, str]) -> None:
+    with zipfile.ZipFile(path, "w") as book:
+        book.writestr("mimetype", "application/epub+zip", compress_type=zipfile.ZIP_STORED)
+        for name, text in pages.items():
+            book.writestr(name, text, compress_type=zipfile.ZIP_DEFLATED)
+
+
+def test_cleaning_removes_scripts_and_scoped_styles_and_resolves_source_links(
+        tmp_path: Path) -> None:
+    path = tmp_path / "book.epub"
+    make_epub(path, {"EPUB/text/ch001.xhtml": PAGE.replace("{section}", "sec-one"),
+                     "EPUB/text/ch004.xhtml": PAGE.replace("{section}", "references"),
+                     "EPUB/media/file2.svg": GLYPHS})
+    clean_epub.clean_epub(path)
+    with zipfile.ZipFile(path) as book:
+        assert book.infolist()[0].filename == "mimetype"
+        assert book.infolist()[0].compress_type == zipfile.ZIP_STORED
+        page = book.read("EPUB/text/ch001.xhtml").decode()
+        svg = book.read("EPUB/media/file2.svg").decode()
+    assert "<script" not in page and "<style" not in page
+    assert "<pre>the transcript</pre>" in page and "<td>1</td>" in page
+    assert 'href="ch004.xhtml"' in page and 'href="ch004.xhtml#refs"' in page
+    assert '<path d="" id="g-20" transform="scale(1)"/>' in svg
+    assert '<path id="g-41" d="M 0 0 L 1 1"/>' in svg
+
+
+def test_cleaning_refuses_a_link_to_no_page_and_a_page_that_stays_broken(
+        tmp_path: Path) -> None:
+    path = tmp_path / "book.epub"
+    make_epub(path, {"EPUB/text/ch001.xhtml": PAGE.replace("{section}", "sec-one")})
+    with pytest.raises(ValueError, match="references.qmd"):
+        clean_epub.clean_epub(path)
+    make_epub(path, {"EPUB/text/ch001.xhtml": "<html><body><p>torn</body></html>"})
+    before = path.read_bytes()
+    with pytest.raises(ValueError, match="not well-formed"):
+        clean_epub.clean_epub(path)
+    assert path.read_bytes() == before  # nothing is written when a page stays unreadable
+
+
+def test_epubcheck_finds_no_error_in_the_rendered_epub(rendered_book: tuple[Path, str]) -> None:
+    book, _ = rendered_book
+    epub = book / "agentbook.epub"
+    if not epub.is_file():
+        pytest.skip("no EPUB was rendered: Quarto needs Chromium for the EPUB's diagrams")
+    java = shutil.which("java")
+    if java is None or not EPUBCHECK_JAR.is_file():
+        pytest.skip("EPUBCheck is not installed (apt-get install epubcheck)")
+    checked = subprocess.run([java, "-jar", str(EPUBCHECK_JAR), str(epub)],
+                             capture_output=True, text=True, timeout=300)
+    report = checked.stdout + checked.stderr
+    assert checked.returncode == 0, report
+    assert "0 fatals / 0 errors / 0 warnings" in report, report
