@@ -4,6 +4,9 @@
   render writes (scripts/build/clean_epub.py removes what an EPUB may not hold); it runs
   where Debian's `epubcheck` and a Java runtime are installed, and skips elsewhere.
 - The cleaning step itself, on a small EPUB made here, so it is checked without Quarto.
+- axe-core, the accessibility engine behind Lighthouse, on every page at 1280 px: no
+  critical or serious violation (scripts/checks/accessibility.py; Chromium and `npm ci` in
+  live/ needed, else it skips).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ PAGE = """<?xml version="1.0" encoding="UTF-8"?>
 </style><table class="dataframe"><tr><td>1</td></tr></table></div>
 <div class="run-explorer"><script type="application/json">{"steps": []}</script>
 <pre>the transcript</pre></div>
+<div id="fig-a" class="quarto-figure" alt="bars"><img src="a.svg" alt="bars" /></div>
 <p>See the <a href="references.qmd">References</a> and <a href="references.qmd#refs">one</a>.</p>
 </section></body></html>
 """
@@ -56,6 +60,7 @@ def test_cleaning_removes_scripts_and_scoped_styles_and_resolves_source_links(
         svg = book.read("EPUB/media/file2.svg").decode()
     assert "<script" not in page and "<style" not in page
     assert "<pre>the transcript</pre>" in page and "<td>1</td>" in page
+    assert '<div id="fig-a" class="quarto-figure"><img src="a.svg" alt="bars" /></div>' in page
     assert 'href="ch004.xhtml"' in page and 'href="ch004.xhtml#refs"' in page
     assert '<path d="" id="g-20" transform="scale(1)"/>' in svg
     assert '<path id="g-41" d="M 0 0 L 1 1"/>' in svg
@@ -87,3 +92,17 @@ def test_epubcheck_finds_no_error_in_the_rendered_epub(rendered_book: tuple[Path
     report = checked.stdout + checked.stderr
     assert checked.returncode == 0, report
     assert "0 fatals / 0 errors / 0 warnings" in report, report
+
+
+def test_axe_finds_no_critical_or_serious_violation_on_any_page(
+        rendered_book: tuple[Path, str]) -> None:
+    from scripts.checks import accessibility, measure_pages
+
+    if measure_pages.find_chromium() is None:
+        pytest.skip("Chromium is not on PATH (or $CHROMIUM), so axe-core cannot run")
+    if not accessibility.AXE.is_file():
+        pytest.skip("axe-core is not installed: run `npm ci` in live/")
+    book, _ = rendered_book
+    found = accessibility.book_violations(book)
+    assert len(found) >= 7 and not any(found.values()), "\n".join(
+        accessibility.summary(found))

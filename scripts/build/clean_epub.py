@@ -12,6 +12,8 @@ rewrites each file of BOOK_DIR/*.epub that has them:
   failed to parse; the style only aligns table headers, so it goes;
 - links to a book source file (`references.qmd`), which Quarto resolves for the web pages
   but not in the EPUB: they point at the EPUB page whose first section is that file's;
+- an `alt` on a figure's `<div>`, where Quarto's EPUB repeats a figure's alt text (`fig-alt`)
+  besides putting it on the `<img>`; only images may carry it, so the div's copy goes;
 - matplotlib's empty glyph outlines (`<path id="..."/>` for a space), which SVG requires to
   have `d`: they get the empty path data SVG allows.
 
@@ -33,6 +35,7 @@ SCRIPT = re.compile(r"[ \t]*<script\b[^>]*?(?:/>|>.*?</script>)\n?", re.DOTALL)
 SCOPED_STYLE = re.compile(r"<style scoped>.*?</style>\n?", re.DOTALL)
 SOURCE_LINK = re.compile(r'href="([\w-]+)\.(?:qmd|ipynb)(#[^"]*)?"')
 FIRST_SECTION = re.compile(r'<section id="([^"]+)"')
+DIV_ALT = re.compile(r'(<div\b[^>]*?) alt="[^"]*"')
 EMPTY_GLYPH = re.compile(r"<path\b(?![^>]*\sd=)([^>]*?)/>")
 
 
@@ -47,8 +50,9 @@ def page_of_each_section(pages: dict[str, str]) -> dict[str, str]:
 
 
 def clean_page(text: str, section_pages: dict[str, str]) -> str:
-    """One XHTML page without scripts or scoped styles, its source-file links resolved."""
-    text = SCOPED_STYLE.sub("", SCRIPT.sub("", text))
+    """One XHTML page without scripts, scoped styles or alt text on divs, its source-file links
+    resolved."""
+    text = DIV_ALT.sub(r"\1", SCOPED_STYLE.sub("", SCRIPT.sub("", text)))
 
     def resolved(link: re.Match[str]) -> str:
         page = section_pages.get(link.group(1))
