@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -106,3 +107,35 @@ def test_axe_finds_no_critical_or_serious_violation_on_any_page(
     found = accessibility.book_violations(book)
     assert len(found) >= 7 and not any(found.values()), "\n".join(
         accessibility.summary(found))
+
+
+MAX_TABS = 400  # key presses allowed to reach a control from the top of a page
+
+
+def tab_to(tab: Any, wanted: str) -> int:
+    """Press Tab from the top of the page until ``wanted`` (a JS test on the focused element)
+    holds; return how many presses it took, or fail."""
+    for presses in range(1, MAX_TABS + 1):
+        tab.keyboard.press("Tab")
+        if tab.evaluate(f"() => {{ const e = document.activeElement; return {wanted}; }}"):
+            return presses
+    raise AssertionError(f"{MAX_TABS} presses of Tab never reached {wanted}")
+
+
+def test_an_explorer_step_is_reached_and_taken_by_keyboard_alone(
+        rendered_book: tuple[Path, str]) -> None:
+    from scripts.checks import measure_pages
+
+    if measure_pages.find_chromium() is None:
+        pytest.skip("Chromium is not on PATH (or $CHROMIUM)")
+    book, _ = rendered_book
+    with measure_pages.chromium_browser() as browser:
+        tab = browser.new_page(viewport={"width": 1280, "height": 800})
+        measure_pages.open_page(tab, (book / "chapters" / "a2_run_explorer.html").as_uri())
+        tab_to(tab, "e.getAttribute('aria-label') === 'Next step'")
+        panel = "() => document.activeElement.closest('.rx-panel').dataset.rxStep"
+        assert tab.evaluate(panel) == "0"
+        tab.keyboard.press("Enter")
+        assert tab.evaluate(panel) == "1"
+        tab.keyboard.press("ArrowRight")  # the panel's own keys, from its button
+        assert tab.evaluate(panel) == "2"
