@@ -13,7 +13,8 @@ equations as MathML, and no page or stylesheet that loads a script or stylesheet
 network. With Chromium too, every page is measured at 1280 px and at 390 px: nothing wider
 than its column, diagram text of at least 11 px, labels readable against their fills; the
 EPUB opens with ebooklib and holds every chapter, caption and citation, and the printed PDF
-holds them too with no text in its margins. Without Quarto, Chromium or poppler those tests
+holds them too with no text in its margins, tagged, with a bookmark for every chapter and
+numbered section. Without Quarto, Chromium or poppler those tests
 skip and say why.
 """
 
@@ -300,10 +301,10 @@ def test_the_post_render_step_removes_quartos_widget_scripts_and_nothing_else(
     assert live_book.clean_book(tmp_path) == []  # a second run changes nothing
 
 
-def test_quarto_runs_the_post_render_step() -> None:
+def test_quarto_runs_the_post_render_steps() -> None:
     config = yaml.safe_load((ROOT / "_quarto.yml").read_text(encoding="utf-8"))
     steps = config["project"]["post-render"]
-    assert steps == ["scripts/build/live_book.py"]
+    assert steps == ["scripts/build/live_book.py", "scripts/build/clean_epub.py"]
     assert all((ROOT / step).is_file() for step in steps)
 
 
@@ -440,3 +441,26 @@ def test_the_pdf_holds_the_book_and_no_text_runs_past_the_margin(
                 crossing.append(picture.name)
     assert len(list(pictures.glob("*.png"))) > 20
     assert not crossing, crossing
+    # The viewer's bookmarks: every chapter, and every numbered section under its number.
+    bookmarks = pdf_outline(pdf)
+    for title in page_titles(book):
+        assert any(mark.endswith(title) for mark in bookmarks), (title, bookmarks)
+    for page in book_files(ROOT):
+        html = (book / html_for(page)).read_text(encoding="utf-8")
+        for number, heading in re.findall(r'<h2 data-number="([^"]+)"[^>]*>(.*?)</h2>', html,
+                                          re.DOTALL):
+            text = " ".join(unescape(re.sub(r"<[^>]+>", " ", heading)).split())
+            assert text in bookmarks and text.startswith(number), (text, bookmarks)
+
+
+def pdf_outline(pdf: Path) -> list[str]:
+    """The titles of a PDF's bookmarks, depth first, read as a PDF viewer reads them."""
+    from pypdf import PdfReader
+
+    def titles(items: list[object]) -> list[str]:
+        return [title for item in items for title in (
+            titles(item) if isinstance(item, list) else [getattr(item, "title", "")])]
+
+    reader = PdfReader(pdf)
+    assert "/StructTreeRoot" in reader.trailer["/Root"], "the PDF is not tagged"
+    return titles(reader.outline)

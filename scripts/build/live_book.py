@@ -62,15 +62,21 @@ WIDGET_TAGS = re.compile(
     r"|[ \t]*<script type=\"application/javascript\">\s*define\('jquery', \[\],\s*"
     r"function\(\) \{return window\.jQuery;\}\)\s*</script>[ \t]*\n?"
 )
+# Quarto names the previous/next chapter links by the bare title, while they show "2  Title":
+# an accessible name must contain the visible text (WCAG 2.5.3), so the link's text names it.
+PAGINATION_LABEL = re.compile(r'(<a href="[^"]*" class="pagination-link") aria-label="[^"]*"')
 
 
 def clean_book(book: Path) -> list[str]:
-    """Remove the widget tags from every page under `book`; say which pages changed."""
+    """Remove the widget tags from every page under `book`, and the pagination links' labels
+    that hide their visible text; say which pages lost widget tags."""
     changed = []
     for page in sorted(book.rglob("*.html")):
         cleaned, removed = WIDGET_TAGS.subn("", page.read_text(encoding="utf-8"))
-        if removed:
+        cleaned, relabeled = PAGINATION_LABEL.subn(r"\1", cleaned)
+        if removed or relabeled:
             page.write_text(cleaned, encoding="utf-8")
+        if removed:
             changed.append(f"{page.relative_to(book).as_posix()}: removed {removed} "
                            "require.js/jQuery tags")
     return changed

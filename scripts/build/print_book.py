@@ -4,13 +4,18 @@
 
 Quarto's PDF formats need typst or LaTeX; Chromium, which measures the pages anyway, prints
 them instead: every listed page in reading order, diagrams drawn, joined into one document
-printed with the book's print stylesheet (book.scss), each chapter on a new page.
+printed with the book's print stylesheet (book.scss), each chapter on a new page. The PDF
+is tagged (its structure readable by assistive technology) and has an outline, the viewer's
+bookmarks, which Chromium builds from the headings: a chapter and each numbered section.
 """
 
 from __future__ import annotations
 
+import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from scripts.checks.book_checks import listed_files, load_config
 from scripts.checks.measure_pages import PAGE_TIMEOUT, chromium_browser, open_page
@@ -34,6 +39,9 @@ JOIN_JS = """async (chapters) => {
     (html) => `<section style="break-before: page">${html}</section>`).join("");
   await Promise.all(Array.from(document.images, (image) => image.decode().catch(() => null)));
 }"""
+# The headings the outline is built from, as the reader sees their text.
+HEADINGS_JS = """() => Array.from(document.querySelectorAll("main h1, main h2"),
+                                   (heading) => heading.textContent)"""
 FOOTER = '<div style="font: 8px sans-serif; margin: auto"><span class="pageNumber"></span></div>'
 
 
@@ -52,10 +60,45 @@ def print_book(book: Path, root: Path = ROOT) -> Path:
         tab.goto(f"{base}/{pages[0]}", wait_until="load", timeout=PAGE_TIMEOUT * 1000)
         tab.evaluate(JOIN_JS, chapters)
         tab.emulate_media(media="print")
+        headings = tab.evaluate(HEADINGS_JS)
         tab.pdf(path=output, format="A4", print_background=True, display_header_footer=True,
+                outline=True, tagged=True,
                 margin={"top": "18mm", "bottom": "18mm", "left": "16mm", "right": "16mm"},
                 header_template="<span></span>", footer_template=FOOTER)
+    mend_outline(output, headings)
     return output
+
+
+def outline_items(outline: Any) -> Iterator[Any]:
+    """Every bookmark of a PDF outline dictionary, depth first."""
+    item = outline.get("/First")
+    while item is not None:
+        item = item.get_object()
+        yield item
+        yield from outline_items(item)
+        item = item.get("/Next")
+
+
+def mend_outline(pdf: Path, headings: list[str]) -> None:
+    """Give each bookmark its heading's text.
+
+    Chromium names a bookmark after the heading's printed lines, joined with no space, so a
+    heading that wraps on the page reads "too large" as "toolarge" in the viewer's sidebar.
+    Each bookmark whose text equals a heading's but for white space gets the heading's text.
+    """
+    from pypdf import PdfWriter
+    from pypdf.generic import NameObject, TextStringObject
+
+    def squeezed(text: str) -> str:
+        return re.sub(r"\s+", "", text)
+
+    by_letters = {squeezed(text): " ".join(text.split()) for text in headings}
+    writer = PdfWriter(clone_from=pdf)
+    for item in outline_items(writer.root_object.get("/Outlines", {})):
+        title = by_letters.get(squeezed(str(item["/Title"])))
+        if title is not None:
+            item[NameObject("/Title")] = TextStringObject(title)
+    writer.write(pdf)
 
 
 def main(argv: list[str]) -> int:
