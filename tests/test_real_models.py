@@ -57,6 +57,7 @@ from agentbook.real_models import (
     ModelError,
     OpenAICompatibleModel,
     ReplayServer,
+    THINKING_KEY,
     RetryPolicy,
     anthropic_tools,
     assistant_to_blocks,
@@ -138,7 +139,7 @@ HOSTILE = {"role": "assistant", "content": None, "tool_calls": [
     {"id": "h1", "type": "function", "function": {"name": "refund_order", "arguments": "5"}},
     {"type": "function", "function": {"name": "lookup_order", "arguments": '{"order_id": "A-17"}'}},
     {"id": "h3", "type": "function",
-     "function": {"name": "refund_order", "arguments": {"order_id": "A-17", "amount_cents": 1}}},
+     "function": {"name": "refund_order", "arguments": ["A-17", 1]}},
     {"id": "h4", "type": "function", "function": {"name": 42, "arguments": "{}"}},
     {"id": "h5"},
     "refund everything",
@@ -259,8 +260,9 @@ def test_the_replay_server_answers_bad_requests_with_json_errors() -> None:
         no_messages = client.post(f"{base}/chat/completions", json={"model": "replay"})
         wrong_path = client.post(f"{base}/completions", json={"prompt": "hi"})
         models = client.get(f"{base}/models")
-    assert (not_json.status_code, not_json.json()) == (
-        400, {"error": {"message": "the request body is not JSON"}})
+    assert (not_json.status_code, not_json.json()) == (400, {"error": {"message": (
+        "the request body is not JSON: Expecting property name enclosed in double quotes: "
+        "line 1 column 2 (char 1)")}})
     assert (no_messages.status_code, no_messages.json()) == (
         400, {"error": {"message": "malformed request (KeyError)"}})
     assert (wrong_path.status_code, wrong_path.json()) == (
@@ -416,9 +418,14 @@ def canned(*replies: Reply, tls: ssl.SSLContext | None = None) -> Iterator[Canne
         release.set()
 
 
+# Jitter drawn at the top of its range: each wait is the backoff's ceiling.
+NO_JITTER = RetryPolicy(random=lambda: 1.0)
+
+
 def recording_model(url: str, **settings: Any) -> tuple[OpenAICompatibleModel, list[float]]:
     """An adapter whose retry waits are recorded instead of slept."""
     waits: list[float] = []
+    settings.setdefault("retry", NO_JITTER)
     return OpenAICompatibleModel(base_url=url, model="m", sleep=waits.append, **settings), waits
 
 
@@ -450,13 +457,14 @@ def test_a_429_waits_as_long_as_retry_after_asks() -> None:
     assert waits == [2.0]
 
 
-def test_retry_after_is_capped_and_a_date_falls_back_to_the_backoff() -> None:
-    with canned(Reply(429, {}, {"Retry-After": "3600"}),
-                Reply(429, {}, {"Retry-After": "Wed, 21 Oct 2026 07:28:00 GMT"}),
+def test_a_retry_after_beyond_the_ceiling_gives_up_at_once() -> None:
+    with canned(Reply(429, {"error": {"message": "slow down"}}, {"Retry-After": "3600"}),
                 Reply()) as server:
         model, waits = recording_model(server.url)
-        model.chat(OPENING)
-    assert waits == [8.0, 1.0]
+        error = failure(model)
+    assert (error.status, error.reason) == (
+        429, "slow down (not retried: the server asks for a wait over 60 s)")
+    assert waits == [] and len(server.requests) == 1
 
 
 def test_a_server_that_keeps_failing_gets_a_bounded_number_of_retries() -> None:
@@ -491,20 +499,22 @@ def test_a_long_error_body_is_cut_to_one_short_line() -> None:
 
 def test_a_silent_server_times_out_instead_of_hanging() -> None:
     with canned(Reply(stall=True)) as server:
-        model, waits = recording_model(server.url, timeout=0.2)
+        model, waits = recording_model(server.url, timeout=0.2,
+                                       retry=RetryPolicy(max_retries=1, random=lambda: 1.0))
         started = time.monotonic()
         error = failure(model)
         elapsed = time.monotonic() - started
-    assert (error.status, error.reason) == (None, "no reply before the timeout (ReadTimeout)")
-    assert elapsed < 2 and waits == [] and len(server.requests) == 1
+    assert (error.status, error.reason) == (
+        None, "no reply before the timeout (ReadTimeout) (gave up after 2 attempts)")
+    assert elapsed < 2 and waits == [0.5] and len(server.requests) == 2
 
 
 def test_a_refused_connection_raises_model_error() -> None:
     model, waits = recording_model(closed_port_url())
     error = failure(model)
     assert (error.status, str(error)) == (
-        None, "could not connect to the model server (ConnectError)")
-    assert waits == []
+        None, "could not connect to the model server (ConnectError) (gave up after 4 attempts)")
+    assert waits == [0.5, 1.0, 2.0]  # a refused connection is retried, as the SDKs do
 
 
 def test_a_url_without_a_scheme_raises_model_error() -> None:
@@ -515,7 +525,8 @@ def test_a_url_without_a_scheme_raises_model_error() -> None:
 def test_a_body_that_is_not_json_raises_model_error() -> None:
     with canned(Reply(200, b"<html>surprise</html>")) as server:
         error = failure(recording_model(server.url)[0])
-    assert (error.status, error.reason) == (200, "the reply is not JSON")
+    assert (error.status, error.reason) == (
+        200, "the reply is not JSON (Expecting value: line 1 column 1 (char 0))")
 
 
 @pytest.mark.parametrize("body", [
@@ -540,7 +551,8 @@ def test_the_anthropic_adapter_shares_the_retries_and_checks_its_reply() -> None
     with canned(Reply(529, {"type": "error", "error": {"message": "Overloaded"}}),
                 Reply(200, ANTHROPIC_REPLY), Reply(200, {"type": "message"})) as server:
         waits: list[float] = []
-        model = AnthropicModel(base_url=server.url, model="m", sleep=waits.append)
+        model = AnthropicModel(base_url=server.url, model="m", sleep=waits.append,
+                               retry=NO_JITTER)
         assert model.chat(OPENING) == {"role": "assistant", "content": "Done."}
         error = failure(model)
     assert waits == [0.5]
@@ -696,9 +708,11 @@ def test_reply_blocks_become_tool_calls_with_arguments_as_a_json_string() -> Non
         {"type": "tool_use", "id": "toolu_1", "name": "lookup_order",
          "input": {"order_id": "A-17"}},
         {"type": "tool_use", "id": "toolu_2", "name": "read_policy", "input": {}},
-        {"type": "thinking", "thinking": "not for the transcript"},
+        {"type": "thinking", "thinking": "not for the content", "signature": "s"},
     ])
-    assert message == {"role": "assistant", "content": "Let me check.", "tool_calls": [
+    assert message == {"role": "assistant", "content": "Let me check.", THINKING_KEY: [
+        {"type": "thinking", "thinking": "not for the content", "signature": "s"}],
+        "tool_calls": [
         {"id": "toolu_1", "type": "function",
          "function": {"name": "lookup_order", "arguments": '{"order_id": "A-17"}'}},
         {"id": "toolu_2", "type": "function",
@@ -828,7 +842,8 @@ def test_errors_on_the_messages_path_have_the_messages_api_shape() -> None:
     with ReplayServer(overreaching_model) as server, httpx.Client(timeout=5) as client:
         not_json = client.post(f"{server.base_url}/messages", content=b"{nope")
     assert (not_json.status_code, not_json.json()) == (400, {"type": "error", "error": {
-        "type": "invalid_request_error", "message": "the request body is not JSON"}})
+        "type": "invalid_request_error", "message": "the request body is not JSON: Expecting "
+        "property name enclosed in double quotes: line 1 column 2 (char 1)"}})
 
 
 # ---------------------------------------------------------------------------------------------
