@@ -1081,6 +1081,10 @@ def _replay_handler(server: ReplayServer) -> type[Any]:
             """Every error, the request parser's own included, as JSON; the
             connection closes, since the request may not have been read."""
             self.close_connection = True
+            # A request line too broken to name its version leaves the
+            # parser's default, HTTP/0.9, which has no status line at all.
+            if self.request_version == "HTTP/0.9":
+                self.request_version = "HTTP/1.0"
             text = message or HTTPStatus(code).phrase
             self._reply(code, _error_for(getattr(self, "path", ""), code,
                                          text))

@@ -16,6 +16,7 @@ import re
 import select
 import socket
 import ssl
+import struct
 import subprocess
 import sys
 import threading
@@ -57,6 +58,7 @@ from agentbook.real_models import (
     ModelError,
     OpenAICompatibleModel,
     ReplayServer,
+    RETRY_COUNT_HEADER,
     THINKING_KEY,
     RetryPolicy,
     anthropic_tools,
@@ -375,6 +377,7 @@ class Reply:
     body: Body = field(default_factory=lambda: COMPLETION)
     headers: dict[str, str] = field(default_factory=dict)
     stall: bool = False  # hold the reply back until the test is over
+    reset: bool = False  # close the connection without a reply, as a crashed server does
 
 
 @dataclass
@@ -398,6 +401,11 @@ def canned(*replies: Reply, tls: ssl.SSLContext | None = None) -> Iterator[Canne
             reply = pending.pop(0) if len(pending) > 1 else pending[0]
             if reply.stall:
                 release.wait(10)
+            if reply.reset:  # SO_LINGER of 0: close with a TCP reset, not a clean end
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                           struct.pack("ii", 1, 0))
+                self.close_connection = True
+                return
             body = reply.body(headers) if callable(reply.body) else reply.body
             data = body if isinstance(body, bytes) else json.dumps(body).encode()
             with contextlib.suppress(OSError):  # the client may have given up already
@@ -465,6 +473,22 @@ def test_a_retry_after_beyond_the_ceiling_gives_up_at_once() -> None:
     assert (error.status, error.reason) == (
         429, "slow down (not retried: the server asks for a wait over 60 s)")
     assert waits == [] and len(server.requests) == 1
+
+
+def test_every_attempt_carries_its_number_as_the_sdk_sends_it() -> None:
+    """The adapter and the official openai client, against the same failing server."""
+    import openai
+
+    replies = (Reply(503, {}, {"retry-after-ms": "1"}), Reply(503, {}, {"retry-after-ms": "1"}),
+               Reply())
+    with canned(*replies) as ours:
+        recording_model(ours.url, retry=RetryPolicy(max_retries=2))[0].chat(OPENING)
+    with canned(*replies) as theirs:
+        client = openai.OpenAI(base_url=theirs.url, api_key="x", max_retries=2)
+        client.chat.completions.create(model="m", messages=OPENING)  # type: ignore[arg-type]
+    counts = [[request["headers"].get(RETRY_COUNT_HEADER) for request in server.requests]
+              for server in (ours, theirs)]
+    assert counts[0] == counts[1] == ["0", "1", "2"]
 
 
 def test_a_server_that_keeps_failing_gets_a_bounded_number_of_retries() -> None:
@@ -596,7 +620,8 @@ def test_the_api_key_never_appears_in_reprs_errors_output_or_logs(
     caplog.set_level(logging.DEBUG)
     for name in ("httpx", "httpcore"):
         caplog.set_level(logging.DEBUG, logger=name)
-    settings = {"model": "m", "sleep": lambda seconds: None, "timeout": 0.2}
+    settings = {"model": "m", "sleep": lambda seconds: None, "timeout": 0.1,
+                "retry": RetryPolicy(max_retries=2)}
     adapters: list[tuple[Callable[[str], Any], dict[str, Any]]] = [
         (lambda url: OpenAICompatibleModel(base_url=url, **settings), COMPLETION),
         (lambda url: AnthropicModel(base_url=url, **settings), ANTHROPIC_REPLY),
@@ -1265,7 +1290,8 @@ def test_tracebacks_with_local_variables_never_show_the_key(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
     monkeypatch.setenv("ANTHROPIC_API_KEY", API_KEY)
-    settings = {"model": "m", "sleep": lambda seconds: None, "timeout": 0.2}
+    settings = {"model": "m", "sleep": lambda seconds: None, "timeout": 0.1,
+                "retry": RetryPolicy(max_retries=2)}
     adapters: list[tuple[Callable[[str], Any], dict[str, Any]]] = [
         (lambda url: OpenAICompatibleModel(base_url=url, **settings), COMPLETION),
         (lambda url: AnthropicModel(base_url=url, **settings), ANTHROPIC_REPLY),
