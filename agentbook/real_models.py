@@ -361,7 +361,7 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not standard JSON")
 
 
-def _finite(text: str) -> float:
+def _finite_number(text: str) -> float:
     number = float(text)
     if not math.isfinite(number):  # 1e400, say, which a float reads as inf
         raise ValueError(f"{text[:20]} is too large for a number")
@@ -375,7 +375,7 @@ def decode_json(data: bytes | str) -> Any:
     if _too_deep(text):
         raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
     return json.loads(text, parse_constant=_refuse_constant,
-                      parse_float=_finite)
+                      parse_float=_finite_number)
 
 
 # From chapters/a1_real_models.ipynb, cell reply-body
