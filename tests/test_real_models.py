@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import re
 import select
 import socket
@@ -346,6 +347,7 @@ def test_the_openai_client_drives_the_loop_to_the_in_process_run_facts() -> None
 
 COMPLETION = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "Done."},
                            "finish_reason": "stop"}]}
+NAN_TEXT = "a NaN goes here"
 ANTHROPIC_REPLY = {"type": "message", "role": "assistant",
                    "content": [{"type": "text", "text": "Done."}], "stop_reason": "end_turn"}
 Body = bytes | dict[str, Any] | list[Any] | None | Callable[[dict[str, str]], dict[str, Any]]
@@ -489,6 +491,46 @@ def test_every_attempt_carries_its_number_as_the_sdk_sends_it() -> None:
     counts = [[request["headers"].get(RETRY_COUNT_HEADER) for request in server.requests]
               for server in (ours, theirs)]
     assert counts[0] == counts[1] == ["0", "1", "2"]
+
+
+SDK_COMPLETION = {"id": "c", "object": "chat.completion", "created": 0, "model": "m",
+                  "choices": [{"index": 0, "finish_reason": "length", "message": {
+                      "role": "assistant", "content": NAN_TEXT}}]}
+
+
+def test_the_sdks_return_what_the_adapters_refuse_as_the_appendix_says(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The table of differences: a reply cut short and a NaN are returned, and a proxy is
+    used for 127.0.0.1, by both official clients; the adapters refuse all three."""
+    import openai
+
+    body = json.dumps(SDK_COMPLETION).replace(json.dumps(NAN_TEXT), "NaN").encode()
+    anthropic_body = json.dumps({**ANTHROPIC_REPLY, "stop_reason": "max_tokens",
+                                 "usage": {"input_tokens": 1, "output_tokens": 1},
+                                 "id": "m", "model": "m"}).replace('"Done."', "NaN").encode()
+    with canned(Reply(200, body)) as server:
+        completion = openai.OpenAI(base_url=server.url, api_key="x", max_retries=0) \
+            .chat.completions.create(model="m", messages=OPENING)  # type: ignore[arg-type]
+        assert completion.choices[0].finish_reason == "length"
+        assert math.isnan(completion.choices[0].message.content)  # type: ignore[arg-type]
+        assert failure(recording_model(server.url)[0]).reason.startswith(
+            "the reply is not JSON (NaN is not standard JSON)")
+    with canned(Reply(200, anthropic_body)) as server:
+        message = anthropic_client(server.url).messages.create(
+            model="m", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
+        assert message.stop_reason == "max_tokens"
+        assert math.isnan(message.content[0].text)  # type: ignore[union-attr,arg-type]
+    with canned(Reply()) as proxy, canned(Reply(200, SDK_COMPLETION)) as server:
+        monkeypatch.setenv("HTTP_PROXY", proxy.url.removesuffix("/v1"))
+        for name in ("NO_PROXY", "no_proxy", "http_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        with contextlib.suppress(Exception):  # the proxy's canned reply is no completion
+            openai.OpenAI(base_url=server.url, api_key="x", max_retries=0) \
+                .chat.completions.create(model="m", messages=OPENING)  # type: ignore[arg-type]
+        with contextlib.suppress(Exception):
+            anthropic_client(server.url).messages.create(
+                model="m", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
+    assert (len(proxy.requests), len(server.requests)) == (2, 0)
 
 
 def test_a_server_that_keeps_failing_gets_a_bounded_number_of_retries() -> None:
