@@ -38,9 +38,6 @@ from types import FrameType
 __all__ = [
     "ModelError",
     "ApiKey",
-    "IncompleteReply",
-    "TruncatedReply",
-    "RefusedReply",
     "RetryPolicy",
     "server_wait",
     "retry_delay",
@@ -49,6 +46,9 @@ __all__ = [
     "MAX_REPLY_BYTES",
     "RETRY_COUNT_HEADER",
     "post_json",
+    "IncompleteReply",
+    "TruncatedReply",
+    "RefusedReply",
     "openai_reply_message",
     "OpenAICompatibleModel",
     "LOOPBACK",
@@ -58,9 +58,9 @@ __all__ = [
     "MAX_RECEIVED",
     "ReplayServer",
     "MAX_REQUEST_BYTES",
+    "THINKING_KEY",
     "ANTHROPIC_VERSION",
     "anthropic_tools",
-    "THINKING_KEY",
     "assistant_to_blocks",
     "blocks_to_assistant",
     "to_anthropic_messages",
@@ -158,28 +158,6 @@ def _one_line(text: str, key: ApiKey) -> str:
     """``text`` on one short line, with the key blanked out."""
     line = " ".join(key.redact(text).split())
     return line if len(line) <= 200 else line[:197] + "..."
-
-
-class IncompleteReply(ModelError):
-    """A reply that arrived but did not finish: cut short or refused.
-
-    ``stop_reason`` is the server's own word for why it stopped
-    (``finish_reason`` or ``stop_reason``, by API).
-    """
-
-    def __init__(self, status: int | None, reason: str,
-                 stop_reason: str | None) -> None:
-        super().__init__(status, reason)
-        self.stop_reason = stop_reason
-
-
-class TruncatedReply(IncompleteReply):
-    """A reply cut off at its token limit: a tool call in it may be cut
-    off mid-argument, so none of its calls may run."""
-
-
-class RefusedReply(IncompleteReply):
-    """A reply the model, or the server's content filter, declined."""
 
 
 # From chapters/a1_real_models.ipynb, cell retry-policy
@@ -337,9 +315,8 @@ class _Watchdog:
 
 # From chapters/a1_real_models.ipynb, cell json-decoding
 MAX_JSON_DEPTH = 64  # a chat reply nests about eight levels deep
-# A JSON string, escapes included, or one bracket. The quantifiers are
-# possessive: a long string is matched in one pass, never backtracked.
-# (The re module compiles a pattern once and keeps it.)
+# A JSON string, escapes included, or one bracket. Possessive quantifiers:
+# a long string is matched in one pass and never backtracked into.
 _JSON_TOKEN = r'"(?:[^"\\]++|\\.)*+"|[\[\]{}]'
 
 
@@ -399,9 +376,8 @@ def _inflater(encoding: str) -> Any:
 def _read_body(response: Any, limit: int) -> bytes:
     """The body, decompressed, if it is at most ``limit`` bytes.
 
-    httpx would inflate each piece that arrives in full, and a few kB of
-    gzip can inflate to a hundred MB. So we read the raw bytes and inflate
-    each piece only as far as the limit still allows.
+    We read the raw bytes and inflate each piece only as far as the limit
+    still allows: httpx would inflate it all, a hundred MB from a few kB.
     """
     inflater = _inflater(response.headers.get("content-encoding", ""))
     body = bytearray()
@@ -448,7 +424,7 @@ def _post(url: str, body: bytes, key: ApiKey, headers: dict[str, str],
         return reply
 
 
-# From chapters/a1_real_models.ipynb, cell exchange-errors
+# From chapters/a1_real_models.ipynb, cell transport-reason
 def _transport_reason(error: Exception) -> tuple[str, bool]:
     """What a failed exchange says, and whether a retry might help."""
     import httpx
@@ -467,6 +443,7 @@ def _transport_reason(error: Exception) -> tuple[str, bool]:
     return f"the request failed ({kind})", False
 
 
+# From chapters/a1_real_models.ipynb, cell exchange-errors
 def _exchange(url: str, body: bytes, key: ApiKey, headers: dict[str, str],
               *, timeout: float, ends_at: float, deadline: float,
               max_bytes: int) -> _Reply | ModelError:
@@ -506,11 +483,6 @@ def _exchange(url: str, body: bytes, key: ApiKey, headers: dict[str, str],
 
 
 # From chapters/a1_real_models.ipynb, cell post-json
-RETRY_COUNT_HEADER = "x-stainless-retry-count"  # the official SDKs' name
-_SENT_HEADERS = {"content-type": "application/json",
-                 "accept-encoding": "gzip, deflate"}
-
-
 def _should_retry(outcome: _Reply | ModelError) -> bool:
     """Whether a failed attempt is worth another, as the SDKs decide.
 
@@ -593,6 +565,11 @@ def _accepted(outcome: _Reply | ModelError, key: ApiKey,
 
 
 # From chapters/a1_real_models.ipynb, cell post-json-3
+RETRY_COUNT_HEADER = "x-stainless-retry-count"  # the official SDKs' name
+_SENT_HEADERS = {"content-type": "application/json",
+                 "accept-encoding": "gzip, deflate"}
+
+
 def post_json(url: str, payload: dict[str, Any], headers: dict[str, str],
               *, key: ApiKey, timeout: float, deadline: float,
               retry: RetryPolicy, sleep: Callable[[float], None],
@@ -600,9 +577,8 @@ def post_json(url: str, payload: dict[str, Any], headers: dict[str, str],
     """POST ``payload`` as JSON; return the status and body of a 2xx reply.
 
     Failed attempts are retried as ``_should_retry`` and ``retry`` say,
-    waiting with ``sleep``; each attempt tells the server its number. The
-    whole call, retries and waits included, ends within ``deadline``
-    seconds. Anything else that goes wrong raises ModelError at once.
+    waiting with ``sleep``, each sent with its number. The whole call
+    ends within ``deadline`` seconds; any other failure is a ModelError.
     """
     _check_limits(timeout, deadline)
     body, ends_at = _encoded(payload), time.monotonic() + deadline
@@ -628,6 +604,47 @@ def post_json(url: str, payload: dict[str, Any], headers: dict[str, str],
     if attempt and not note:
         note = f" (gave up after {attempt + 1} attempts)"
     return _accepted(outcome, key, note)
+
+
+# From chapters/a1_real_models.ipynb, cell incomplete-reply
+class IncompleteReply(ModelError):
+    """A reply that arrived but did not finish: cut short or refused.
+
+    ``stop_reason`` is the server's own word for why it stopped
+    (``finish_reason`` or ``stop_reason``, by API).
+    """
+
+    def __init__(self, status: int | None, reason: str,
+                 stop_reason: str | None) -> None:
+        super().__init__(status, reason)
+        self.stop_reason = stop_reason
+
+
+class TruncatedReply(IncompleteReply):
+    """A reply cut off at its token limit: a tool call in it may be cut
+    off mid-argument, so none of its calls may run."""
+
+
+class RefusedReply(IncompleteReply):
+    """A reply the model, or the server's content filter, declined."""
+
+
+def _check_finished(status: int, stop: Any, refusal: Any = None) -> None:
+    """Raise unless the reply ended on its own: cut off at the token limit
+    or refused, its text is partial and its tool calls must not run."""
+    if stop in ("length", "max_tokens", "model_context_window_exceeded"):
+        raise TruncatedReply(status, f"the reply was truncated ({stop}); "
+                             "none of its tool calls ran", stop)
+    if stop in ("content_filter", "refusal") or refusal:
+        said = f": {refusal}" if isinstance(refusal, str) else ""
+        raise RefusedReply(status, f"the model refused ({stop}){said}",
+                           str(stop))
+
+
+def _usage(body: Any) -> dict[str, Any] | None:
+    """The token usage a reply reports, as the server wrote it, or None."""
+    usage = body.get("usage") if isinstance(body, dict) else None
+    return usage if isinstance(usage, dict) else None
 
 
 # From chapters/a1_real_models.ipynb, cell openai-compatible-model
@@ -682,24 +699,6 @@ def openai_reply_message(body: Any) -> dict[str, Any] | None:
     """The assistant message in a chat-completions reply, or None."""
     message = _first_choice(body).get("message")
     return _wire_message(message) if isinstance(message, dict) else None
-
-
-def _check_finished(status: int, stop: Any, refusal: Any = None) -> None:
-    """Raise unless the reply ended on its own: cut off at the token limit
-    or refused, its text is partial and its tool calls must not run."""
-    if stop in ("length", "max_tokens", "model_context_window_exceeded"):
-        raise TruncatedReply(status, f"the reply was truncated ({stop}); "
-                             "none of its tool calls ran", stop)
-    if stop in ("content_filter", "refusal") or refusal:
-        said = f": {refusal}" if isinstance(refusal, str) else ""
-        raise RefusedReply(status, f"the model refused ({stop}){said}",
-                           str(stop))
-
-
-def _usage(body: Any) -> dict[str, Any] | None:
-    """The token usage a reply reports, as the server wrote it, or None."""
-    usage = body.get("usage") if isinstance(body, dict) else None
-    return usage if isinstance(usage, dict) else None
 
 
 @dataclass(kw_only=True)
@@ -1106,6 +1105,24 @@ def _replay_handler(server: ReplayServer) -> type[Any]:
     return ReplayHandler
 
 
+# From chapters/a1_real_models.ipynb, cell thinking-blocks
+# Where an assistant message keeps the reply's thinking blocks, which
+# the Messages API requires to come back, unchanged, with a tool's result.
+THINKING_KEY = "anthropic_thinking"
+_THINKING_FIELDS = {"thinking": ("type", "thinking", "signature"),
+                    "redacted_thinking": ("type", "data")}
+
+
+def _thinking(blocks: Any) -> list[dict[str, Any]]:
+    """The thinking blocks among ``blocks``, cut to documented fields."""
+    if not isinstance(blocks, list):
+        return []
+    return [{name: block[name] for name in _THINKING_FIELDS[block["type"]]
+             if name in block} for block in blocks
+            if isinstance(block, dict)
+            and block.get("type") in _THINKING_FIELDS]
+
+
 # From chapters/a1_real_models.ipynb, cell anthropic-blocks
 ANTHROPIC_VERSION = "2023-06-01"
 
@@ -1135,23 +1152,6 @@ def _tool_use(call: ToolCall, strict: bool) -> dict[str, Any]:
                                f"tool_use form: {call.problem}")
     return {"type": "tool_use", "id": call.call_id,
             "name": call.name or "unnamed", "input": {}}
-
-
-# Where an assistant message keeps the reply's thinking blocks, which
-# the Messages API requires to come back, unchanged, with a tool's result.
-THINKING_KEY = "anthropic_thinking"
-_THINKING_FIELDS = {"thinking": ("type", "thinking", "signature"),
-                    "redacted_thinking": ("type", "data")}
-
-
-def _thinking(blocks: Any) -> list[dict[str, Any]]:
-    """The thinking blocks among ``blocks``, cut to documented fields."""
-    if not isinstance(blocks, list):
-        return []
-    return [{name: block[name] for name in _THINKING_FIELDS[block["type"]]
-             if name in block} for block in blocks
-            if isinstance(block, dict)
-            and block.get("type") in _THINKING_FIELDS]
 
 
 def assistant_to_blocks(message: dict[str, Any], *,
