@@ -58,6 +58,7 @@ __all__ = [
     "MAX_RECEIVED",
     "ReplayServer",
     "MAX_REQUEST_BYTES",
+    "REQUEST_TIMEOUT",
     "THINKING_KEY",
     "ANTHROPIC_VERSION",
     "anthropic_tools",
@@ -380,8 +381,9 @@ def _read_body(response: Any, limit: int) -> bytes:
     still allows: httpx would inflate it all, a hundred MB from a few kB.
     """
     inflater = _inflater(response.headers.get("content-encoding", ""))
-    body = bytearray()
+    body, arrived = bytearray(), False
     for piece in response.iter_raw():
+        arrived = arrived or bool(piece)
         if inflater is not None:
             try:
                 piece = inflater.decompress(piece, limit + 1 - len(body))
@@ -390,7 +392,7 @@ def _read_body(response: Any, limit: int) -> bytes:
         body += piece
         if len(body) > limit:
             raise _BadBody(f"it is larger than {limit:,} bytes")
-    if inflater is not None and not inflater.eof:
+    if inflater is not None and arrived and not inflater.eof:
         raise _BadBody("its compressed data is cut short")
     return bytes(body)
 
@@ -524,14 +526,17 @@ def _error_detail(reply: _Reply) -> str:
 
 
 # From chapters/a1_real_models.ipynb, cell post-json-2
-def _check_limits(timeout: float, deadline: float) -> None:
-    """Refuse time limits that could never let a request through, or
-    never end one."""
+def _check_limits(timeout: float, deadline: float,
+                  max_bytes: int = MAX_REPLY_BYTES) -> None:
+    """Refuse limits that could never let a request through, or never end
+    one, or a reply size that bounds nothing."""
     if not all(isinstance(limit, (int, float)) and math.isfinite(limit)
                and limit > 0 for limit in (timeout, deadline)):
         raise ValueError("timeout and deadline must be positive, finite "
                          f"numbers of seconds, got {timeout!r} and "
                          f"{deadline!r}")
+    if not (isinstance(max_bytes, int) and max_bytes > 0):
+        raise ValueError(f"max_bytes must be a positive int: {max_bytes!r}")
 
 
 def _encoded(payload: dict[str, Any]) -> bytes:
@@ -580,7 +585,7 @@ def post_json(url: str, payload: dict[str, Any], headers: dict[str, str],
     waiting with ``sleep``, each sent with its number. The whole call
     ends within ``deadline`` seconds; any other failure is a ModelError.
     """
-    _check_limits(timeout, deadline)
+    _check_limits(timeout, deadline, max_bytes)
     body, ends_at = _encoded(payload), time.monotonic() + deadline
     limits: dict[str, Any] = {"timeout": timeout, "ends_at": ends_at,
                               "deadline": deadline, "max_bytes": max_bytes}
@@ -732,7 +737,7 @@ class OpenAICompatibleModel:
                                 compare=False)
 
     def __post_init__(self) -> None:
-        _check_limits(self.timeout, self.deadline)
+        _check_limits(self.timeout, self.deadline, self.max_reply_bytes)
 
     def request_body(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
         """The JSON body of one chat-completions request."""
@@ -1016,6 +1021,9 @@ class ReplayServer:
 
 # From chapters/a1_real_models.ipynb, cell replay-handler
 MAX_REQUEST_BYTES = 8 * 2**20
+# Seconds a connection may stay silent, mid-request or idle between
+# requests, before the server closes it and frees its thread.
+REQUEST_TIMEOUT = 30.0
 
 
 def _length_problem(header: str | None) -> tuple[int, str] | None:
@@ -1053,6 +1061,8 @@ def _replay_handler(server: ReplayServer) -> type[Any]:
     from http.server import BaseHTTPRequestHandler
 
     class ReplayHandler(BaseHTTPRequestHandler):
+        timeout = REQUEST_TIMEOUT  # the socket's: a silent client is let go
+
         def do_POST(self) -> None:
             problem = _length_problem(self.headers.get("Content-Length"))
             if problem is not None:
@@ -1308,7 +1318,7 @@ class AnthropicModel:
                                 compare=False)
 
     def __post_init__(self) -> None:
-        _check_limits(self.timeout, self.deadline)
+        _check_limits(self.timeout, self.deadline, self.max_reply_bytes)
 
     def request_body(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
         """The JSON body of one Messages API request."""

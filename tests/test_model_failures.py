@@ -530,6 +530,32 @@ def test_a_deadline_or_timeout_that_is_not_a_finite_positive_number_is_refused(
         OpenAICompatibleModel(base_url="http://127.0.0.1:9/v1", model="m", **limits)
 
 
+@pytest.mark.parametrize("size", [0, -1, 2.5])
+def test_a_reply_size_that_bounds_nothing_is_refused(size: Any) -> None:
+    with pytest.raises(ValueError, match="max_bytes must be a positive int"):
+        AnthropicModel(model="m", max_reply_bytes=size)
+
+
+def test_an_empty_compressed_error_reply_is_still_retried() -> None:
+    with canned(Reply(503, b"", {"Content-Encoding": "gzip"}), Reply()) as server:
+        model, waits = recording_model(server.url)
+        assert model.chat(OPENING)["content"] == "Done."
+    assert waits == [0.5]
+
+
+def test_a_client_that_goes_silent_mid_request_is_let_go(
+        monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(real_models, "REQUEST_TIMEOUT", 0.2)
+    with ReplayServer(overreaching_model) as server:
+        address = server._http.server_address[:2]
+        with socket.create_connection(address, timeout=5) as conn:
+            conn.sendall(post("/v1/chat/completions", b"{", "10"))  # 9 bytes short
+            started = time.monotonic()
+            assert conn.recv(1) == b""  # closed by the server, without a reply
+            assert time.monotonic() - started < 3
+    assert capfd.readouterr().err == ""
+
+
 def test_keys_of_any_length_are_redacted_without_garbling_the_text() -> None:
     text = "model ollama not found; the task asks for ollamas"
     assert ApiKey("ollama", "x").redact(text) == (
