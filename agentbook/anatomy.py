@@ -392,9 +392,11 @@ def estimate_tokens(messages: list[dict[str, Any]]) -> int:
     """Estimate a prompt's size in tokens: its JSON length divided by four.
 
     The rule is rough, but it only ever grows as the transcript grows, and
-    that is the property a budget needs.
+    that is the property a budget needs. A value JSON lacks is priced as
+    its text, so pricing a prompt never fails.
     """
-    characters = sum(len(json.dumps(message)) for message in messages)
+    characters = sum(len(json.dumps(message, default=str))
+                     for message in messages)
     return characters // 4
 
 
@@ -492,14 +494,12 @@ TRANSCRIPT_WIDTH = 79  # characters per printed line, the book's code column
 
 
 def _print_wrapped(label: str, text: str) -> None:
-    """Print ``text`` beside a ``label |`` column, wrapped to the width.
-
-    Continuation lines are indented under the text, so that a long
-    message still reads as one message.
-    """
-    prefix = f"{label:<6} | "
+    """Print ``text`` beside a ``label |`` column, wrapped to the width,
+    continuation lines indented so that a long message reads as one."""
     # A lone surrogate is valid in a JSON string but cannot be printed.
-    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    label, text = (part.encode("utf-8", "backslashreplace").decode()
+                   for part in (label, text))
+    prefix = f"{label:<6} | "
     wrapped = textwrap.fill(text, TRANSCRIPT_WIDTH, initial_indent=prefix,
                             subsequent_indent=" " * len(prefix))
     print(wrapped or prefix.rstrip())
@@ -680,9 +680,10 @@ def _json_copy(value: Any, depth: int = 0) -> tuple[Any, str | None]:
     a NaN, a key that is not text) becomes a note, and is named second."""
     kind = type(value)
     if depth > _MAX_DEPTH:
-        return "(not JSON: nested too deeply)", "nesting too deep"
-    if value is None or kind in (str, int, bool) or (
-            kind is float and math.isfinite(value)):
+        return "(not JSON: nested too deeply)", "a value nested too deeply"
+    number = (kind is int and value.bit_length() < 14_000  # 4,300 digits
+              or kind is float and math.isfinite(value))
+    if value is None or kind in (str, bool) or number:
         return value, None
     if kind is list or (kind is dict and all(type(k) is str for k in value)):
         items = value.items() if kind is dict else enumerate(value)
@@ -690,7 +691,7 @@ def _json_copy(value: Any, depth: int = 0) -> tuple[Any, str | None]:
         problem = next((p for _, p in copied.values() if p), None)
         plain = {key: item for key, (item, _) in copied.items()}
         return (plain if kind is dict else list(plain.values())), problem
-    return f"(not JSON: {kind.__name__})", f"a {kind.__name__}"
+    return f"(not JSON: {kind.__name__})", f"a value of type {kind.__name__}"
 
 
 def _ask(model: Any, state: RunState) -> tuple[dict[str, Any], list[ToolCall]]:
@@ -698,8 +699,7 @@ def _ask(model: Any, state: RunState) -> tuple[dict[str, Any], list[ToolCall]]:
 
     A reply holding a value JSON cannot carry is stored with a note in its
     place, and each of its calls is made invalid. If the model raises, the
-    error carries the run, which the failed turn left untouched, as
-    ``error.state``.
+    error carries the run, untouched by the failed turn, as ``.state``.
     """
     try:
         reply = model.chat(copy.deepcopy(state.messages))

@@ -19,6 +19,9 @@ def test_q1b_effects_q1_is_this_runs_desk(paused_q1, effects_q1):
     """The receipts in effects_q1 are the ones this run produced."""
     assert paused_q1 is not ..., 'not answered yet: replace the ... with run_with_approvals'
     produced = [seen.content for seen in getattr(paused_q1, 'settled', []) if seen]
-    strays = [entry for entry in effects_q1 if not any([entry is item for item in produced])]
+    strays = list(effects_q1)
+    for item in produced:
+        if item in strays:
+            strays.remove(item)
     assert not strays, f"expected effects_q1 to hold only this run's receipts; found {strays}: give run_with_approvals tools_q1, the desk whose effect log is effects_q1"
 
