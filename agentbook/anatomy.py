@@ -610,12 +610,12 @@ def _fingerprint(call: ToolCall) -> str:
 def _paired(state: RunState) -> list[tuple[ToolCall, Observation]]:
     """Each answered call with its observation, matched by id, not place.
 
-    A tool message answers a call of the assistant message before it that
-    has its id and no answer yet; its observation is the first unused one
-    with that id. Whatever does not pair up is left out.
+    A tool message answers the first call before it, since the model last
+    spoke, that has its id and no answer yet; its observation is an unused
+    one that makes exactly this message. What does not pair is left out.
     """
     unused: dict[str, list[Observation]] = {}
-    for observation in reversed(state.observations):
+    for observation in state.observations:
         unused.setdefault(observation.call_id, []).append(observation)
     waiting: list[ToolCall] = []
     pairs = []
@@ -624,10 +624,13 @@ def _paired(state: RunState) -> list[tuple[ToolCall, Observation]]:
             waiting = parse_tool_calls(message)
         answered = message.get("tool_call_id")
         ids = [call.call_id for call in waiting]
-        if (message.get("role") == "tool" and isinstance(answered, str)
-                and answered in ids and unused.get(answered)):
-            pairs.append((waiting.pop(ids.index(answered)),
-                          unused[answered].pop()))
+        if message.get("role") != "tool" or answered not in ids:
+            continue
+        mine = unused.get(answered, [])
+        seen = next((o for o in mine if _tool_message(o) == message), None)
+        if seen is not None:
+            mine.remove(seen)
+            pairs.append((waiting.pop(ids.index(answered)), seen))
     return pairs
 
 
@@ -1151,8 +1154,6 @@ def check_run(result: RunResult, effects: list[dict[str, Any]],
         "effects_authorized": _kinds(effects) <= _kinds(allowed),
         "observations_correlated": _answered_once_each(state.messages)
         and len(pairs) == len(answers) == len(state.observations)
-        and all(message == _tool_message(seen)
-                for message, (_, seen) in zip(answers, pairs, strict=False))
         and all(o.ok == (o.kind == "result") for o in state.observations),
         "bounded": state.turns == len(spoken) <= limits.max_turns
         and log == [estimate_tokens(state.messages[:n]) for n in spoken]
