@@ -3,15 +3,22 @@
 """Code saved from the chapter notebook chapters/a1_real_models.ipynb."""
 
 import os
+import re
+import email.utils
+import math
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 import contextlib
 import functools
 import json
 import socket
 import threading
-import time
 from typing import Any, Self
-from collections.abc import Callable, Sequence
+import zlib
+import ipaddress
+from urllib.parse import urlsplit
 from agentbook.anatomy import (
     ToolSpec,
     tool_schema_json,
@@ -21,7 +28,7 @@ from agentbook.anatomy import (
     ScriptedModel,
     overreaching_model,
 )
-from urllib.parse import urlsplit
+from collections import deque
 import argparse
 import signal
 import sys
@@ -32,14 +39,27 @@ __all__ = [
     "ModelError",
     "ApiKey",
     "RetryPolicy",
+    "server_wait",
     "retry_delay",
+    "MAX_JSON_DEPTH",
+    "decode_json",
+    "MAX_REPLY_BYTES",
+    "RETRY_COUNT_HEADER",
     "post_json",
+    "IncompleteReply",
+    "TruncatedReply",
+    "RefusedReply",
     "openai_reply_message",
     "OpenAICompatibleModel",
     "LOOPBACK",
     "CHAT_PATH",
     "MESSAGES_PATH",
+    "MAX_CONVERSATIONS",
+    "MAX_RECEIVED",
     "ReplayServer",
+    "MAX_REQUEST_BYTES",
+    "REQUEST_TIMEOUT",
+    "THINKING_KEY",
     "ANTHROPIC_VERSION",
     "anthropic_tools",
     "assistant_to_blocks",
@@ -106,8 +126,18 @@ class ApiKey:
         return {self._header: self._scheme + self._value} if self else {}
 
     def redact(self, text: str) -> str:
-        """``text`` with every occurrence of the key blanked out."""
-        return text.replace(self._value, "[redacted]") if self else text
+        """``text`` with the key blanked out wherever it appears.
+
+        A short key such as ``ollama`` or ``sk`` is also a piece of
+        ordinary words ("task"), so it is blanked only where it stands
+        alone; a long one could only be the key, so it goes everywhere.
+        """
+        if not self:
+            return text
+        if len(self._value) >= 12:
+            return text.replace(self._value, "[redacted]")
+        pattern = rf"(?<![\w-]){re.escape(self._value)}(?![\w-])"
+        return re.sub(pattern, "[redacted]", text)
 
 
 def _read_api_key(variable: str, header: str, scheme: str = "") -> ApiKey:
@@ -134,26 +164,27 @@ def _one_line(text: str, key: ApiKey) -> str:
 # From chapters/a1_real_models.ipynb, cell retry-policy
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How often to retry a 429 or 5xx reply, and how long to wait first.
+    """When to retry a failed attempt, and how long to wait first.
 
-    After failed attempt ``n`` (counting from 0) the wait is
-    ``base_delay * 2**n`` seconds, or what the server asked for in its
-    Retry-After header, and never more than ``max_delay``.
+    After failed attempt ``n`` (counting from 0) the wait is drawn at
+    random between 0 and ``base_delay * 2**n`` seconds, never more than
+    ``max_delay`` ("full jitter"), unless the server asked for a wait:
+    that is honored up to ``max_retry_after`` seconds, and a longer one
+    means giving up at once. ``random`` draws the jitter, from [0, 1).
     """
 
     max_retries: int = 3
     base_delay: float = 0.5
     max_delay: float = 8.0
+    max_retry_after: float = 60.0
+    random: Callable[[], float] = field(default=random.random, repr=False,
+                                        compare=False)
 
 
-def _retry_after_seconds(header: str | None) -> float | None:
-    """Retry-After in seconds; None when absent, negative or not a number.
-
-    The header may also hold an HTTP date. Honoring one would tie the wait
-    to this machine's clock, so a date falls back to our own schedule.
-    """
+def _seconds(text: str | None) -> float | None:
+    """A number of seconds, infinity included; None when not one."""
     try:
-        seconds = float(header) if header is not None else None
+        seconds = float(text) if text is not None else None
     except ValueError:
         return None
     # NaN compares false with everything, so this refuses it along with
@@ -161,15 +192,44 @@ def _retry_after_seconds(header: str | None) -> float | None:
     return seconds if seconds is not None and seconds >= 0 else None
 
 
-def retry_delay(policy: RetryPolicy, attempt: int,
-                retry_after: str | None) -> float:
-    """Seconds to wait after failed attempt ``attempt``, capped.
+# From chapters/a1_real_models.ipynb, cell retry-wait
+def server_wait(headers: Mapping[str, str],
+                now: Callable[[], float] = time.time) -> float | None:
+    """The wait a reply asks for, in seconds; None if it asks for none.
 
-    The server's wish wins when it is usable; otherwise the backoff does.
+    ``retry-after-ms`` (milliseconds, sent by OpenAI and Anthropic) comes
+    first, then ``Retry-After`` as seconds or as an HTTP date, which is
+    read against this machine's clock ``now``.
     """
-    wished = _retry_after_seconds(retry_after)
-    delay = policy.base_delay * 2.0**attempt if wished is None else wished
-    return min(delay, policy.max_delay)
+    milliseconds = _seconds(headers.get("retry-after-ms"))
+    if milliseconds is not None:
+        return milliseconds / 1000
+    header = headers.get("retry-after")
+    seconds = _seconds(header)
+    if seconds is not None or header is None:
+        return seconds
+    try:
+        when = email.utils.parsedate_to_datetime(header).timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None  # neither a number nor a date
+    return max(0.0, when - now())
+
+
+def retry_delay(policy: RetryPolicy, attempt: int,
+                headers: Mapping[str, str]) -> float | None:
+    """Seconds to wait after failed attempt ``attempt``; None to give up.
+
+    A wait the server asks for wins, unless it is longer than the policy
+    allows. Zero is read as "no wish": retrying at once is what makes a
+    crowd of clients hammer a server that is already struggling.
+    """
+    wished = server_wait(headers)
+    if wished is not None and wished > policy.max_retry_after:
+        return None
+    if wished:
+        return wished
+    ceiling = policy.base_delay * 2.0 ** min(attempt, 64)
+    return min(ceiling, policy.max_delay) * policy.random()
 
 
 # From chapters/a1_real_models.ipynb, cell http-exchange
@@ -254,13 +314,147 @@ class _Watchdog:
             sock.close()  # the duplicates only; httpx closes its own
 
 
-def _exchange(url: str, payload: dict[str, Any], key: ApiKey,
-              headers: dict[str, str], *, timeout: float, ends_at: float,
-              deadline: float) -> _Reply:
+# From chapters/a1_real_models.ipynb, cell json-decoding
+MAX_JSON_DEPTH = 64  # a chat reply nests about eight levels deep
+# A JSON string, escapes included, or one bracket. Possessive quantifiers:
+# a long string is matched in one pass and never backtracked into.
+_JSON_TOKEN = r'"(?:[^"\\]++|\\.)*+"|[\[\]{}]'
+
+
+def _too_deep(text: str) -> bool:
+    """Whether brackets outside strings nest deeper than the limit."""
+    depth = 0
+    for token in re.finditer(_JSON_TOKEN, text):
+        mark = token.group()
+        if mark in ("[", "{"):
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                return True
+        elif mark in ("]", "}"):
+            depth -= 1
+    return False
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not standard JSON")
+
+
+def _finite_number(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):  # 1e400, say, which a float reads as inf
+        raise ValueError(f"{text[:20]} is too large for a number")
+    return number
+
+
+def decode_json(data: bytes | str) -> Any:
+    """Standard JSON, or ValueError: for bad UTF-8, NaN or Infinity, a
+    number no float can hold, or nesting deeper than MAX_JSON_DEPTH."""
+    text = data.decode("utf-8") if isinstance(data, bytes) else data
+    if _too_deep(text):
+        raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+    return json.loads(text, parse_constant=_refuse_constant,
+                      parse_float=_finite_number)
+
+
+# From chapters/a1_real_models.ipynb, cell reply-body
+MAX_REPLY_BYTES = 4 * 2**20  # decompressed; a long chat reply is ~100 kB
+
+
+class _BadBody(Exception):
+    """A reply body we refuse to read on: too large, or not decodable."""
+
+
+def _inflater(encoding: str) -> Any:
+    """A decompressor for the Content-Encoding; None when there is none."""
+    name = encoding.strip().lower()
+    if name in ("", "identity"):
+        return None
+    if name in ("gzip", "x-gzip", "deflate"):
+        return zlib.decompressobj(zlib.MAX_WBITS | 32)  # gzip or zlib
+    raise _BadBody(f"it has an unsupported encoding: {name[:20]}")
+
+
+def _read_body(response: Any, limit: int) -> bytes:
+    """The body, decompressed, if it is at most ``limit`` bytes.
+
+    We read the raw bytes and inflate each piece only as far as the limit
+    still allows: httpx would inflate it all, a hundred MB from a few kB.
+    """
+    inflater = _inflater(response.headers.get("content-encoding", ""))
+    body, arrived = bytearray(), False
+    for piece in response.iter_raw():
+        arrived = arrived or bool(piece)
+        if inflater is not None:
+            try:
+                piece = inflater.decompress(piece, limit + 1 - len(body))
+            except zlib.error:
+                raise _BadBody("its compressed data is damaged") from None
+        body += piece
+        if len(body) > limit:
+            raise _BadBody(f"it is larger than {limit:,} bytes")
+    if inflater is not None and arrived and not inflater.eof:
+        raise _BadBody("its compressed data is cut short")
+    return bytes(body)
+
+
+# From chapters/a1_real_models.ipynb, cell exchange
+def _is_loopback(url: str) -> bool:
+    """Whether ``url`` names this machine: no proxy may stand between."""
+    host = urlsplit(url).hostname or ""
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name, not an address
+        return False
+
+
+def _post(url: str, body: bytes, key: ApiKey, headers: dict[str, str],
+          limit: float, watchdog: _Watchdog, max_bytes: int) -> _Reply:
+    """The POST itself; every error of httpx or of the body passes out."""
+    import httpx  # at first use, so that `import agentbook` stays light
+
+    # trust_env=False ignores HTTP_PROXY and friends, which httpx would
+    # otherwise apply to 127.0.0.1 too.
+    with (httpx.Client(timeout=limit, verify=_tls_context(),
+                       trust_env=not _is_loopback(url)) as client,
+          client.stream("POST", url, content=body,
+                        headers={**headers, **key.headers()},
+                        extensions={"trace": watchdog.trace}) as response):
+        names = {k.lower(): v for k, v in response.headers.items()}
+        reply = _Reply(response.status_code, response.reason_phrase, names,
+                       _read_body(response, max_bytes))
+        watchdog.stop()
+        return reply
+
+
+# From chapters/a1_real_models.ipynb, cell transport-reason
+def _transport_reason(error: Exception) -> tuple[str, bool]:
+    """What a failed exchange says, and whether a retry might help."""
+    import httpx
+
+    kind = type(error).__name__
+    if isinstance(error, _BadBody):
+        return f"the reply was refused: {error}", False
+    if isinstance(error, httpx.TimeoutException):
+        return f"no reply before the timeout ({kind})", True
+    if isinstance(error, httpx.ConnectError):
+        return f"could not connect to the model server ({kind})", True
+    if isinstance(error, (httpx.ReadError, httpx.WriteError,
+                          httpx.RemoteProtocolError)):
+        return f"the connection broke ({kind})", True
+    # Anything else: a malformed URL, no file descriptor or thread left.
+    return f"the request failed ({kind})", False
+
+
+# From chapters/a1_real_models.ipynb, cell exchange-errors
+def _exchange(url: str, body: bytes, key: ApiKey, headers: dict[str, str],
+              *, timeout: float, ends_at: float, deadline: float,
+              max_bytes: int) -> _Reply | ModelError:
     """One POST, its reply read in full before ``ends_at`` (monotonic).
 
-    Getting no complete HTTP reply raises ModelError, with no httpx error
-    attached: that error holds the request, and its headers hold the key.
+    A failure a retry might cure (a refused or broken connection, a wait
+    past the timeout) is returned as the ModelError to raise if no retry
+    follows; any other is raised. No exception of httpx is ever attached:
+    it holds the request, and the request's headers hold the key.
     """
     import httpx  # at first use, so that `import agentbook` stays light
 
@@ -270,40 +464,49 @@ def _exchange(url: str, payload: dict[str, Any], key: ApiKey,
     if limit <= 0:
         raise ModelError(None, _deadline_reason(deadline))
     watchdog = _Watchdog(ends_at)
+    reason, retryable, waited_for_deadline = "", False, False
     try:
-        with (watchdog,
-              httpx.Client(timeout=limit, verify=_tls_context()) as client,
-              client.stream("POST", url, json=payload,
-                            headers={**headers, **key.headers()},
-                            extensions={"trace": watchdog.trace}) as response):
-            names = {k.lower(): v for k, v in response.headers.items()}
-            reply = _Reply(response.status_code, response.reason_phrase,
-                           names, response.read())
-            watchdog.stop()
+        with watchdog:
+            reply = _post(url, body, key, headers, limit, watchdog, max_bytes)
         # A body cut off by the watchdog can look complete; it is not.
         if not watchdog.fired.is_set():
             return reply
-        reason = _deadline_reason(deadline)
-    except httpx.TimeoutException as error:
-        reason = (_deadline_reason(deadline) if limit < timeout else
-                  f"no reply before the timeout ({type(error).__name__})")
-    except httpx.ConnectError as error:
-        reason = ("could not connect to the model server "
-                  f"({type(error).__name__})")
-    except (httpx.HTTPError, httpx.InvalidURL) as error:
-        reason = f"the request failed ({type(error).__name__})"
-    if watchdog.fired.is_set():
-        reason = _deadline_reason(deadline)
-    # Raised outside the except clauses, so no httpx error is even its
-    # context.
+    except Exception as error:  # each kind is named by _transport_reason
+        reason, retryable = _transport_reason(error)
+        # A timeout shortened to the deadline is the deadline.
+        waited_for_deadline = (limit < timeout and
+                               isinstance(error, httpx.TimeoutException))
+    if watchdog.fired.is_set() or waited_for_deadline:
+        raise ModelError(None, _deadline_reason(deadline))
+    if retryable:
+        return ModelError(None, reason)
+    # Raised outside the except clause: no httpx error is even its context.
     raise ModelError(None, reason)
 
 
 # From chapters/a1_real_models.ipynb, cell post-json
-def _is_retryable(status: int) -> bool:
-    """Whether a status means "try again later": rate limited, or failed
-    on the server's side."""
-    return status == 429 or 500 <= status <= 599
+def _should_retry(outcome: _Reply | ModelError) -> bool:
+    """Whether a failed attempt is worth another, as the SDKs decide.
+
+    The server's ``x-should-retry`` wins; otherwise a broken connection,
+    408 (timeout), 409 (lock conflict), 429 (slow down) and every 5xx.
+    """
+    if isinstance(outcome, ModelError):
+        return True
+    if outcome.status < 400:
+        return False
+    said = outcome.headers.get("x-should-retry")
+    if said in ("true", "false"):
+        return said == "true"
+    return outcome.status in (408, 409, 429) or outcome.status >= 500
+
+
+def _error_message(body: Any) -> str | None:
+    """The message of an error envelope: OpenAI-compatible servers send
+    {"error": {"message": ...}}, and Anthropic nests it the same way."""
+    error = body.get("error", body) if isinstance(body, dict) else None
+    message = error.get("message") if isinstance(error, dict) else error
+    return message if isinstance(message, str) and message else None
 
 
 def _error_detail(reply: _Reply) -> str:
@@ -316,59 +519,137 @@ def _error_detail(reply: _Reply) -> str:
     if 300 <= reply.status < 400 and location:
         return f"redirected to {location}; is base_url right?"
     try:
-        body = json.loads(reply.body)
+        message = _error_message(decode_json(reply.body))
     except ValueError:
-        body = None
-    # OpenAI-compatible servers send {"error": {"message": ...}}; Anthropic
-    # nests it the same way.
-    error = body.get("error", body) if isinstance(body, dict) else None
-    message = error.get("message") if isinstance(error, dict) else error
-    if isinstance(message, str) and message:
-        return message
-    return reply.body.decode("utf-8", "replace") or reply.phrase
+        message = None
+    return message or reply.body.decode("utf-8", "replace") or reply.phrase
 
 
-def _check_limits(timeout: float, deadline: float) -> None:
-    """Refuse time limits that could never let a request through."""
-    if not (timeout > 0 and deadline > 0):
-        raise ValueError("timeout and deadline must be positive numbers "
-                         f"of seconds, got {timeout!r} and {deadline!r}")
+# From chapters/a1_real_models.ipynb, cell post-json-2
+def _check_limits(timeout: float, deadline: float,
+                  max_bytes: int = MAX_REPLY_BYTES) -> None:
+    """Refuse limits that could never let a request through, or never end
+    one, or a reply size that bounds nothing."""
+    if not all(isinstance(limit, (int, float)) and math.isfinite(limit)
+               and limit > 0 for limit in (timeout, deadline)):
+        raise ValueError("timeout and deadline must be positive, finite "
+                         f"numbers of seconds, got {timeout!r} and "
+                         f"{deadline!r}")
+    if not (isinstance(max_bytes, int) and max_bytes > 0):
+        raise ValueError(f"max_bytes must be a positive int: {max_bytes!r}")
+
+
+def _encoded(payload: dict[str, Any]) -> bytes:
+    """The request as standard JSON: a NaN is refused here, not sent."""
+    try:
+        return json.dumps(payload, allow_nan=False).encode()
+    except (TypeError, ValueError, RecursionError) as error:
+        problem = type(error).__name__
+    raise ModelError(None, f"the request is not standard JSON ({problem})")
+
+
+def _accepted(outcome: _Reply | ModelError, key: ApiKey,
+              note: str) -> tuple[int, Any]:
+    """The status and decoded body of a 2xx reply; else ModelError."""
+    if isinstance(outcome, ModelError):
+        raise ModelError(None, outcome.reason + note)
+    if not 200 <= outcome.status <= 299:
+        raise ModelError(outcome.status,
+                         _one_line(_error_detail(outcome), key) + note)
+    try:
+        body, problem = decode_json(outcome.body), ""
+    except ValueError as error:
+        body, problem = None, _one_line(str(error), key)
+    if problem:  # raised here, so the decoding error is not its context
+        raise ModelError(outcome.status, f"the reply is not JSON ({problem})")
+    message = _error_message(body) if isinstance(body, dict) and (
+        "error" in body) else None
+    if message is not None:  # an error envelope under a 200 status
+        raise ModelError(outcome.status, _one_line(message, key))
+    return outcome.status, body
+
+
+# From chapters/a1_real_models.ipynb, cell post-json-3
+RETRY_COUNT_HEADER = "x-stainless-retry-count"  # the official SDKs' name
+_SENT_HEADERS = {"content-type": "application/json",
+                 "accept-encoding": "gzip, deflate"}
 
 
 def post_json(url: str, payload: dict[str, Any], headers: dict[str, str],
               *, key: ApiKey, timeout: float, deadline: float,
-              retry: RetryPolicy,
-              sleep: Callable[[float], None]) -> tuple[int, Any]:
+              retry: RetryPolicy, sleep: Callable[[float], None],
+              max_bytes: int = MAX_REPLY_BYTES) -> tuple[int, Any]:
     """POST ``payload`` as JSON; return the status and body of a 2xx reply.
 
-    429 and 5xx replies are retried as ``retry`` says, waiting with
-    ``sleep``. The whole call, retries and waits included, ends within
-    ``deadline`` seconds. Anything else that goes wrong raises ModelError
-    at once, with the key blanked out of any text quoted from the server.
+    Failed attempts are retried as ``_should_retry`` and ``retry`` say,
+    waiting with ``sleep``, each sent with its number. The whole call
+    ends within ``deadline`` seconds; any other failure is a ModelError.
     """
-    _check_limits(timeout, deadline)
-    ends_at = time.monotonic() + deadline
-    limits = {"timeout": timeout, "ends_at": ends_at, "deadline": deadline}
-    reply = _exchange(url, payload, key, headers, **limits)
+    _check_limits(timeout, deadline, max_bytes)
+    body, ends_at = _encoded(payload), time.monotonic() + deadline
+    limits: dict[str, Any] = {"timeout": timeout, "ends_at": ends_at,
+                              "deadline": deadline, "max_bytes": max_bytes}
     attempt, note = 0, ""
-    while _is_retryable(reply.status) and attempt < retry.max_retries:
-        wait = retry_delay(retry, attempt, reply.headers.get("retry-after"))
+    while True:
+        sent = {**headers, **_SENT_HEADERS, RETRY_COUNT_HEADER: str(attempt)}
+        outcome = _exchange(url, body, key, sent, **limits)
+        if attempt >= retry.max_retries or not _should_retry(outcome):
+            break
+        asked = {} if isinstance(outcome, ModelError) else outcome.headers
+        wait = retry_delay(retry, attempt, asked)
+        if wait is None:
+            note = (" (not retried: the server asks for a wait over "
+                    f"{retry.max_retry_after:g} s)")
+            break
         if time.monotonic() + wait >= ends_at:
-            note = f" (gave up: waiting {wait:g} s would pass the deadline)"
+            note = f" (gave up: waiting {wait:.3g} s would pass the deadline)"
             break
         sleep(wait)
         attempt += 1
-        reply = _exchange(url, payload, key, headers, **limits)
-    if not 200 <= reply.status <= 299:
-        if attempt and not note:
-            note = f" (gave up after {attempt + 1} attempts)"
-        raise ModelError(reply.status,
-                         _one_line(_error_detail(reply), key) + note)
-    try:
-        return reply.status, json.loads(reply.body)
-    except ValueError:
-        pass  # raised below, so that the decoding error is not its context
-    raise ModelError(reply.status, "the reply is not JSON")
+    if attempt and not note:
+        note = f" (gave up after {attempt + 1} attempts)"
+    return _accepted(outcome, key, note)
+
+
+# From chapters/a1_real_models.ipynb, cell incomplete-reply
+class IncompleteReply(ModelError):
+    """A reply that arrived but did not finish: cut short or refused.
+
+    ``stop_reason`` is the server's own word for why it stopped
+    (``finish_reason`` or ``stop_reason``, by API).
+    """
+
+    def __init__(self, status: int | None, reason: str,
+                 stop_reason: str | None) -> None:
+        super().__init__(status, reason)
+        self.stop_reason = stop_reason
+
+
+class TruncatedReply(IncompleteReply):
+    """A reply cut off at its token limit: a tool call in it may be cut
+    off mid-argument, so none of its calls may run."""
+
+
+class RefusedReply(IncompleteReply):
+    """A reply the model, or the server's content filter, declined."""
+
+
+def _check_finished(status: int, stop: Any, refusal: Any = None) -> None:
+    """Raise unless the reply ended on its own: cut off at the token limit
+    or refused, its text is partial and its tool calls must not run."""
+    if stop in ("length", "max_tokens", "model_context_window_exceeded"):
+        raise TruncatedReply(status, f"the reply was truncated ({stop}); "
+                             "none of its tool calls ran", stop)
+    if stop in ("content_filter", "refusal") or refusal:
+        said = f": {refusal}" if isinstance(refusal, str) else ""
+        raise RefusedReply(status, f"the model refused ({stop}){said}",
+                           str(stop))
+
+
+def _usage(body: Any) -> dict[str, Any] | None:
+    """The token usage a reply reports, as the server wrote it, or None."""
+    usage = body.get("usage") if isinstance(body, dict) else None
+    return usage if isinstance(usage, dict) else None
 
 
 # From chapters/a1_real_models.ipynb, cell openai-compatible-model
@@ -388,8 +669,13 @@ def _wire_call(entry: Any) -> Any:
     """
     call = _documented(entry, ("id", "type", "function"))
     if isinstance(call, dict) and "function" in call:
-        call["function"] = _documented(call["function"],
-                                       ("name", "arguments"))
+        function = _documented(call["function"], ("name", "arguments"))
+        # The API sends arguments as a JSON string; some servers send the
+        # object itself, which the loop's parser would refuse.
+        if isinstance(function, dict) and isinstance(
+                function.get("arguments"), dict):
+            function["arguments"] = json.dumps(function["arguments"])
+        call["function"] = function
     return call
 
 
@@ -407,18 +693,17 @@ def _wire_message(message: dict[str, Any]) -> dict[str, Any]:
     return wire
 
 
-def openai_reply_message(body: Any) -> dict[str, Any] | None:
-    """The assistant message in a chat-completions reply, or None."""
+def _first_choice(body: Any) -> dict[str, Any]:
+    """``choices[0]`` of a chat-completions reply; empty if it has none."""
     choices = body.get("choices") if isinstance(body, dict) else None
     first = choices[0] if isinstance(choices, list) and choices else None
-    message = first.get("message") if isinstance(first, dict) else None
+    return first if isinstance(first, dict) else {}
+
+
+def openai_reply_message(body: Any) -> dict[str, Any] | None:
+    """The assistant message in a chat-completions reply, or None."""
+    message = _first_choice(body).get("message")
     return _wire_message(message) if isinstance(message, dict) else None
-
-
-def _usage(body: Any) -> dict[str, Any] | None:
-    """The token usage a reply reports, as the server wrote it, or None."""
-    usage = body.get("usage") if isinstance(body, dict) else None
-    return usage if isinstance(usage, dict) else None
 
 
 @dataclass(kw_only=True)
@@ -428,9 +713,11 @@ class OpenAICompatibleModel:
     ``chat`` has the scripted model's interface, so ``run_agent`` takes
     this class unchanged. ``base_url`` ends in ``/v1``; ``tools`` is the
     registry to advertise. ``timeout`` bounds each wait for data and
-    ``deadline`` the whole call, retries included, in seconds. The API
-    key is read from the variable ``api_key_env`` at each request and is
-    never stored here. ``usage_log`` keeps the usage each reply reported.
+    ``deadline`` the whole call, retries included, in seconds; a reply
+    may hold ``max_reply_bytes``. The API key is read from the variable
+    ``api_key_env`` at each request and is never stored here.
+    ``usage_log`` keeps the usage each reply reported and ``stop_log``
+    its ``finish_reason``, truncated and refused replies included.
     """
 
     base_url: str
@@ -443,11 +730,14 @@ class OpenAICompatibleModel:
     deadline: float = 180.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
+    max_reply_bytes: int = MAX_REPLY_BYTES
     usage_log: list[dict[str, Any] | None] = field(
         default_factory=list, repr=False, compare=False)
+    stop_log: list[Any] = field(default_factory=list, repr=False,
+                                compare=False)
 
     def __post_init__(self) -> None:
-        _check_limits(self.timeout, self.deadline)
+        _check_limits(self.timeout, self.deadline, self.max_reply_bytes)
 
     def request_body(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
         """The JSON body of one chat-completions request."""
@@ -466,11 +756,15 @@ class OpenAICompatibleModel:
             self.request_body(messages), {},
             key=_read_api_key(self.api_key_env, "Authorization", "Bearer "),
             timeout=self.timeout, deadline=self.deadline, retry=self.retry,
-            sleep=self.sleep)
+            sleep=self.sleep, max_bytes=self.max_reply_bytes)
         message = openai_reply_message(body)
         if message is None:
             raise ModelError(status, "the reply has no choices[0].message")
-        self.usage_log.append(_usage(body))
+        self.usage_log.append(_usage(body))  # the tokens are spent anyway
+        choice = _first_choice(body)
+        self.stop_log.append(choice.get("finish_reason"))
+        _check_finished(status, self.stop_log[-1],
+                        choice["message"].get("refusal"))
         return message
 
 
@@ -478,9 +772,12 @@ class OpenAICompatibleModel:
 LOOPBACK = "127.0.0.1"
 CHAT_PATH = "/v1/chat/completions"
 MESSAGES_PATH = "/v1/messages"
+MAX_CONVERSATIONS = 256  # beyond this, the one idle longest is forgotten
+MAX_RECEIVED = 1024  # request bodies kept for inspection, the latest ones
 # What each Messages API error status is called in that API's error body.
 _ANTHROPIC_ERROR_TYPES = {400: "invalid_request_error",
-                          404: "not_found_error", 500: "api_error"}
+                          404: "not_found_error", 411: "invalid_request_error",
+                          413: "request_too_large", 500: "api_error"}
 
 
 def _error_body(message: str) -> dict[str, Any]:
@@ -518,7 +815,7 @@ def _call_key(entry: Any) -> Any:
     arguments = function.get("arguments")
     if isinstance(arguments, str):
         try:
-            arguments = json.loads(arguments)
+            arguments = decode_json(arguments)
         except ValueError:
             pass  # not JSON: compared as the text it is
     return [entry.get("id"), function.get("name"), arguments]
@@ -533,12 +830,15 @@ class _UnknownConversation(Exception):
     """A request that continues no conversation this server has served."""
 
 
-@dataclass
+@dataclass(eq=False)  # two conversations are never the same one
 class _Conversation:
     """One client's conversation: its own model, and what was said so far."""
 
     model: Any
     said: list[str]  # the key of every message up to the latest reply
+    # A reply that could not be sent, kept with the messages it answered:
+    # a retry of the same request hears it again, not the next one.
+    unsent: tuple[list[str], dict[str, Any]] | None = None
 
 
 class ReplayServer:
@@ -550,7 +850,8 @@ class ReplayServer:
     assistant turn yet starts a conversation with a fresh model; a request
     that repeats a conversation's messages and replies and adds to them
     continues that conversation, so clients served at once never share a
-    script. To share one model, pass ``lambda: model``. Use the server as
+    script. To share one model, pass ``lambda: model``. Only the
+    ``MAX_CONVERSATIONS`` used most recently are kept. Use the server as
     a context manager, or call ``start`` and ``stop``.
     """
 
@@ -558,7 +859,8 @@ class ReplayServer:
                  port: int = 0) -> None:
         self.new_model = new_model
         self.host = host
-        self.received: list[Any] = []  # every request body, in order
+        # The latest request bodies, in order.
+        self.received: deque[Any] = deque(maxlen=MAX_RECEIVED)
         self._conversations: list[_Conversation] = []
         self._replies = 0
         # Each request is handled on a thread of its own.
@@ -566,7 +868,13 @@ class ReplayServer:
         # Imported here, like httpx, so that `import agentbook` stays light.
         from http.server import ThreadingHTTPServer
 
-        self._http = ThreadingHTTPServer((host, port), _replay_handler(self))
+        class Server(ThreadingHTTPServer):
+            request_queue_size = 128  # connections waiting to be accepted
+
+            def handle_error(self, request: Any, address: Any) -> None:
+                """Print nothing: a client that hung up is no news."""
+
+        self._http = Server((host, port), _replay_handler(self))
         self._thread: threading.Thread | None = None
 
     @property
@@ -610,9 +918,9 @@ class ReplayServer:
 
     def _route(self, path: str, raw: bytes) -> tuple[int, dict[str, Any]]:
         try:
-            request = json.loads(raw)
-        except ValueError:
-            return 400, _error_body("the request body is not JSON")
+            request = decode_json(raw)
+        except ValueError as error:
+            return 400, _error_body(f"the request body is not JSON: {error}")
         self.received.append(request)
         routes = {CHAT_PATH: self._chat_completion,
                   MESSAGES_PATH: self._message}
@@ -633,7 +941,8 @@ class ReplayServer:
 
     def _conversation(self, messages: list[dict[str, Any]],
                       said: list[str]) -> _Conversation:
-        """The conversation these messages continue, or a new one."""
+        """The conversation these messages continue, or a new one (which
+        is kept only once it has answered)."""
         continued = [c for c in self._conversations
                      if _continues(said, c.said)]
         if continued:  # the one that has gone furthest
@@ -642,64 +951,133 @@ class ReplayServer:
             raise _UnknownConversation(
                 "these messages continue no conversation this server "
                 "had; start again from the first message")
-        self._conversations.append(_Conversation(self.new_model(), []))
-        return self._conversations[-1]
+        return _Conversation(self.new_model(), [])
+
+    def _keep(self, conversation: _Conversation) -> None:
+        """Put ``conversation`` last, as the latest used; forget the one
+        idle longest when there are too many."""
+        if conversation in self._conversations:
+            self._conversations.remove(conversation)
+        self._conversations.append(conversation)
+        del self._conversations[:-MAX_CONVERSATIONS]
 
     def _next_reply(self, messages: list[dict[str, Any]],
-                    ) -> tuple[int, dict[str, Any]]:
-        """The conversation's next scripted message, and its number."""
+                    render: Callable[[int, dict[str, Any]], dict[str, Any]],
+                    ) -> dict[str, Any]:
+        """The conversation's next scripted message, rendered as the API's
+        reply by ``render``; only a reply rendered moves the script on."""
         said = [_message_key(message) for message in messages]
         with self._lock:
             conversation = self._conversation(messages, said)
-            reply: dict[str, Any] = conversation.model.chat(messages)
-            conversation.said = [*said, _message_key(reply)]
+            unsent = conversation.unsent
+            reply: dict[str, Any] = (
+                unsent[1] if unsent is not None and unsent[0] == said
+                else conversation.model.chat(messages))
+            conversation.unsent = (said, reply)
+            body = render(self._replies + 1, reply)  # may raise ModelError
+            conversation.said, conversation.unsent = (
+                [*said, _message_key(reply)], None)
             self._replies += 1
-            return self._replies, reply
+            self._keep(conversation)
+            return body
 
     def _chat_completion(self, request: dict[str, Any]) -> dict[str, Any]:
         """A chat.completion whose one choice is the script's next message."""
-        number, reply = self._next_reply(request["messages"])
-        finish = "tool_calls" if reply.get("tool_calls") else "stop"
         prompt = estimate_tokens(request["messages"])
-        completion = estimate_tokens([reply])
-        return {"id": f"chatcmpl-replay-{number}", "object": "chat.completion",
-                "created": 0, "model": request.get("model", "replay"),
-                "choices": [{"index": 0, "message": reply,
-                             "finish_reason": finish}],
-                "usage": {"prompt_tokens": prompt,
-                          "completion_tokens": completion,
-                          "total_tokens": prompt + completion}}
+
+        def render(number: int, reply: dict[str, Any]) -> dict[str, Any]:
+            finish = "tool_calls" if reply.get("tool_calls") else "stop"
+            completion = estimate_tokens([reply])
+            return {"id": f"chatcmpl-replay-{number}",
+                    "object": "chat.completion", "created": 0,
+                    "model": request.get("model", "replay"),
+                    "choices": [{"index": 0, "message": reply,
+                                 "finish_reason": finish}],
+                    "usage": {"prompt_tokens": prompt,
+                              "completion_tokens": completion,
+                              "total_tokens": prompt + completion}}
+
+        return self._next_reply(request["messages"], render)
 
     def _message(self, request: dict[str, Any]) -> dict[str, Any]:
         """A Messages API reply: the script's next message as blocks."""
         messages = from_anthropic_messages(request.get("system"),
                                            request["messages"])
-        number, reply = self._next_reply(messages)
-        blocks = assistant_to_blocks(reply)
-        uses = any(block["type"] == "tool_use" for block in blocks)
-        return {"id": f"msg_replay_{number}", "type": "message",
-                "role": "assistant", "model": request.get("model", "replay"),
-                "content": blocks,
-                "stop_reason": "tool_use" if uses else "end_turn",
-                "stop_sequence": None,
-                "usage": {"input_tokens": estimate_tokens(messages),
-                          "output_tokens": estimate_tokens([reply])}}
+
+        def render(number: int, reply: dict[str, Any]) -> dict[str, Any]:
+            blocks = assistant_to_blocks(reply)  # ModelError: no such form
+            uses = any(block["type"] == "tool_use" for block in blocks)
+            return {"id": f"msg_replay_{number}", "type": "message",
+                    "role": "assistant",
+                    "model": request.get("model", "replay"),
+                    "content": blocks,
+                    "stop_reason": "tool_use" if uses else "end_turn",
+                    "stop_sequence": None,
+                    "usage": {"input_tokens": estimate_tokens(messages),
+                              "output_tokens": estimate_tokens([reply])}}
+
+        return self._next_reply(messages, render)
 
 
 # From chapters/a1_real_models.ipynb, cell replay-handler
+MAX_REQUEST_BYTES = 8 * 2**20
+# Seconds a connection may stay silent, mid-request or idle between
+# requests, before the server closes it and frees its thread.
+REQUEST_TIMEOUT = 30.0
+
+
+def _length_problem(header: str | None) -> tuple[int, str] | None:
+    """Why a Content-Length cannot be read, as a status and a message."""
+    if header is None:
+        return 411, "a POST needs a Content-Length header"
+    # Only ASCII digits: str.isdigit() also accepts "²", which int() refuses.
+    if not re.fullmatch(r"[0-9]{1,12}", header.strip()):
+        return 400, "Content-Length is not a number of bytes"
+    if int(header) > MAX_REQUEST_BYTES:
+        return 413, f"the request is over {MAX_REQUEST_BYTES:,} bytes"
+    return None
+
+
+def _path_of(target: str) -> str:
+    """The path of a request's target; the target itself if malformed."""
+    try:
+        return urlsplit(target).path
+    except ValueError:  # "http://[" and the like
+        return target
+
+
+def _error_for(path: str, status: int, message: str) -> dict[str, Any]:
+    """An error reply in the shape the API at ``path`` uses."""
+    if _path_of(path) == MESSAGES_PATH:
+        return _anthropic_error_body(status, message)
+    return _error_body(message)
+
+
+# From chapters/a1_real_models.ipynb, cell replay-handler-2
 def _replay_handler(server: ReplayServer) -> type[Any]:
     """The request handler class for ``server``: JSON in, JSON out, and
-    nothing on stderr."""
+    nothing on stderr, whatever the client sends."""
+    from http import HTTPStatus
     from http.server import BaseHTTPRequestHandler
 
     class ReplayHandler(BaseHTTPRequestHandler):
+        timeout = REQUEST_TIMEOUT  # the socket's: a silent client is let go
+
         def do_POST(self) -> None:
-            length = self.headers.get("Content-Length", "")
-            raw = self.rfile.read(int(length)) if length.isdigit() else b""
-            self._reply(*server.respond(urlsplit(self.path).path, raw))
+            problem = _length_problem(self.headers.get("Content-Length"))
+            if problem is not None:
+                self.send_error(*problem)
+                return
+            raw = self.rfile.read(int(self.headers["Content-Length"]))
+            try:
+                reply = server.respond(_path_of(self.path), raw)
+            except Exception as error:  # a bug must not cost the client
+                reply = (500, _error_for(self.path, 500, "the server failed "
+                                         f"({type(error).__name__})"))
+            self._reply(*reply)
 
         def do_GET(self) -> None:
-            if urlsplit(self.path).path == "/v1/models":
+            if _path_of(self.path) == "/v1/models":
                 listing = [{"id": "replay", "object": "model", "created": 0,
                             "owned_by": "agentbook"}]
                 self._reply(200, {"object": "list", "data": listing})
@@ -707,18 +1085,52 @@ def _replay_handler(server: ReplayServer) -> type[Any]:
                 self._reply(404, _error_body(
                     f"no such endpoint: {self.path}"))
 
+        def send_error(self, code: int, message: str | None = None,
+                       explain: str | None = None) -> None:
+            """Every error, the request parser's own included, as JSON; the
+            connection closes, since the request may not have been read."""
+            self.close_connection = True
+            # A request line too broken to name its version leaves the
+            # parser's default, HTTP/0.9, which has no status line at all.
+            if self.request_version == "HTTP/0.9":
+                self.request_version = "HTTP/1.0"
+            text = message or HTTPStatus(code).phrase
+            self._reply(code, _error_for(getattr(self, "path", ""), code,
+                                         text))
+
         def _reply(self, status: int, body: dict[str, Any]) -> None:
             data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            with contextlib.suppress(OSError):  # the client hung up: fine
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                if self.close_connection:
+                    self.send_header("Connection", "close")
+                self.end_headers()
+                self.wfile.write(data)
 
         def log_message(self, format: str, *args: Any) -> None:
             """Log nothing: the default writes a line per request to stderr."""
 
     return ReplayHandler
+
+
+# From chapters/a1_real_models.ipynb, cell thinking-blocks
+# Where an assistant message keeps the reply's thinking blocks, which
+# the Messages API requires to come back, unchanged, with a tool's result.
+THINKING_KEY = "anthropic_thinking"
+_THINKING_FIELDS = {"thinking": ("type", "thinking", "signature"),
+                    "redacted_thinking": ("type", "data")}
+
+
+def _thinking(blocks: Any) -> list[dict[str, Any]]:
+    """The thinking blocks among ``blocks``, cut to documented fields."""
+    if not isinstance(blocks, list):
+        return []
+    return [{name: block[name] for name in _THINKING_FIELDS[block["type"]]
+             if name in block} for block in blocks
+            if isinstance(block, dict)
+            and block.get("type") in _THINKING_FIELDS]
 
 
 # From chapters/a1_real_models.ipynb, cell anthropic-blocks
@@ -756,10 +1168,11 @@ def assistant_to_blocks(message: dict[str, Any], *,
                         strict: bool = True) -> list[dict[str, Any]]:
     """An assistant message of the book as Messages API content blocks.
 
-    The text, if any, becomes a ``text`` block and each tool call a
-    ``tool_use`` block whose ``input`` is the parsed arguments object.
+    Thinking blocks the reply carried go first, as they came; the text,
+    if any, becomes a ``text`` block and each tool call a ``tool_use``
+    block whose ``input`` is the parsed arguments object.
     """
-    blocks: list[dict[str, Any]] = []
+    blocks = _thinking(message.get(THINKING_KEY))
     content = message.get("content")
     if content not in (None, ""):
         text = content if isinstance(content, str) else json.dumps(content)
@@ -775,6 +1188,7 @@ def blocks_to_assistant(blocks: list[Any]) -> dict[str, Any]:
     Text blocks are joined into ``content``; each ``tool_use`` block
     becomes a tool call whose arguments are a JSON string again, so the
     loop's parser, gate and checker see the shape they always see.
+    Thinking blocks are kept under ``THINKING_KEY``.
     """
     texts = [block["text"] for block in blocks if isinstance(block, dict)
              and block.get("type") == "text"
@@ -782,13 +1196,17 @@ def blocks_to_assistant(blocks: list[Any]) -> dict[str, Any]:
     uses = [block for block in blocks if isinstance(block, dict)
             and block.get("type") == "tool_use"]
     content = "\n\n".join(texts) if texts else None
-    if not uses:
-        return {"role": "assistant", "content": content}
-    calls = [{"id": use.get("id"), "type": "function",
-              "function": {"name": use.get("name"),
-                           "arguments": json.dumps(use.get("input"))}}
-             for use in uses]
-    return {"role": "assistant", "content": content, "tool_calls": calls}
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    thinking = _thinking(blocks)
+    if thinking:  # the API wants them back beside the tool results
+        message[THINKING_KEY] = thinking
+    if uses:
+        message["tool_calls"] = [
+            {"id": use.get("id"), "type": "function",
+             "function": {"name": use.get("name"),
+                          "arguments": json.dumps(use.get("input"))}}
+            for use in uses]
+    return message
 
 
 # From chapters/a1_real_models.ipynb, cell anthropic-messages
@@ -878,8 +1296,9 @@ class AnthropicModel:
 
     Requests are translated by ``to_anthropic_messages`` and replies by
     ``blocks_to_assistant``, so the loop, the gate and ``check_run`` never
-    learn which vendor answered. Time limits, the key and ``usage_log``
-    work as in ``OpenAICompatibleModel``.
+    learn which vendor answered. Time limits, the key, ``usage_log`` and
+    ``stop_log`` (here of ``stop_reason``) work as in
+    ``OpenAICompatibleModel``.
     """
 
     model: str
@@ -892,11 +1311,14 @@ class AnthropicModel:
     deadline: float = 180.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
+    max_reply_bytes: int = MAX_REPLY_BYTES
     usage_log: list[dict[str, Any] | None] = field(
         default_factory=list, repr=False, compare=False)
+    stop_log: list[Any] = field(default_factory=list, repr=False,
+                                compare=False)
 
     def __post_init__(self) -> None:
-        _check_limits(self.timeout, self.deadline)
+        _check_limits(self.timeout, self.deadline, self.max_reply_bytes)
 
     def request_body(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
         """The JSON body of one Messages API request."""
@@ -921,11 +1343,13 @@ class AnthropicModel:
             {"anthropic-version": ANTHROPIC_VERSION},
             key=_read_api_key(self.api_key_env, "x-api-key"),
             timeout=self.timeout, deadline=self.deadline, retry=self.retry,
-            sleep=self.sleep)
+            sleep=self.sleep, max_bytes=self.max_reply_bytes)
         blocks = body.get("content") if isinstance(body, dict) else None
         if not isinstance(blocks, list):
             raise ModelError(status, "the reply has no list of content blocks")
-        self.usage_log.append(_usage(body))
+        self.usage_log.append(_usage(body))  # the tokens are spent anyway
+        self.stop_log.append(body.get("stop_reason"))
+        _check_finished(status, self.stop_log[-1])
         return blocks_to_assistant(blocks)
 
 

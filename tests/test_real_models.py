@@ -12,10 +12,12 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import re
 import select
 import socket
 import ssl
+import struct
 import subprocess
 import sys
 import threading
@@ -57,6 +59,8 @@ from agentbook.real_models import (
     ModelError,
     OpenAICompatibleModel,
     ReplayServer,
+    RETRY_COUNT_HEADER,
+    THINKING_KEY,
     RetryPolicy,
     anthropic_tools,
     assistant_to_blocks,
@@ -138,7 +142,7 @@ HOSTILE = {"role": "assistant", "content": None, "tool_calls": [
     {"id": "h1", "type": "function", "function": {"name": "refund_order", "arguments": "5"}},
     {"type": "function", "function": {"name": "lookup_order", "arguments": '{"order_id": "A-17"}'}},
     {"id": "h3", "type": "function",
-     "function": {"name": "refund_order", "arguments": {"order_id": "A-17", "amount_cents": 1}}},
+     "function": {"name": "refund_order", "arguments": ["A-17", 1]}},
     {"id": "h4", "type": "function", "function": {"name": 42, "arguments": "{}"}},
     {"id": "h5"},
     "refund everything",
@@ -259,8 +263,9 @@ def test_the_replay_server_answers_bad_requests_with_json_errors() -> None:
         no_messages = client.post(f"{base}/chat/completions", json={"model": "replay"})
         wrong_path = client.post(f"{base}/completions", json={"prompt": "hi"})
         models = client.get(f"{base}/models")
-    assert (not_json.status_code, not_json.json()) == (
-        400, {"error": {"message": "the request body is not JSON"}})
+    assert (not_json.status_code, not_json.json()) == (400, {"error": {"message": (
+        "the request body is not JSON: Expecting property name enclosed in double quotes: "
+        "line 1 column 2 (char 1)")}})
     assert (no_messages.status_code, no_messages.json()) == (
         400, {"error": {"message": "malformed request (KeyError)"}})
     assert (wrong_path.status_code, wrong_path.json()) == (
@@ -342,6 +347,7 @@ def test_the_openai_client_drives_the_loop_to_the_in_process_run_facts() -> None
 
 COMPLETION = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "Done."},
                            "finish_reason": "stop"}]}
+NAN_TEXT = "a NaN goes here"
 ANTHROPIC_REPLY = {"type": "message", "role": "assistant",
                    "content": [{"type": "text", "text": "Done."}], "stop_reason": "end_turn"}
 Body = bytes | dict[str, Any] | list[Any] | None | Callable[[dict[str, str]], dict[str, Any]]
@@ -373,6 +379,7 @@ class Reply:
     body: Body = field(default_factory=lambda: COMPLETION)
     headers: dict[str, str] = field(default_factory=dict)
     stall: bool = False  # hold the reply back until the test is over
+    reset: bool = False  # close the connection without a reply, as a crashed server does
 
 
 @dataclass
@@ -396,6 +403,11 @@ def canned(*replies: Reply, tls: ssl.SSLContext | None = None) -> Iterator[Canne
             reply = pending.pop(0) if len(pending) > 1 else pending[0]
             if reply.stall:
                 release.wait(10)
+            if reply.reset:  # SO_LINGER of 0: close with a TCP reset, not a clean end
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                           struct.pack("ii", 1, 0))
+                self.close_connection = True
+                return
             body = reply.body(headers) if callable(reply.body) else reply.body
             data = body if isinstance(body, bytes) else json.dumps(body).encode()
             with contextlib.suppress(OSError):  # the client may have given up already
@@ -416,9 +428,14 @@ def canned(*replies: Reply, tls: ssl.SSLContext | None = None) -> Iterator[Canne
         release.set()
 
 
+# Jitter drawn at the top of its range: each wait is the backoff's ceiling.
+NO_JITTER = RetryPolicy(random=lambda: 1.0)
+
+
 def recording_model(url: str, **settings: Any) -> tuple[OpenAICompatibleModel, list[float]]:
     """An adapter whose retry waits are recorded instead of slept."""
     waits: list[float] = []
+    settings.setdefault("retry", NO_JITTER)
     return OpenAICompatibleModel(base_url=url, model="m", sleep=waits.append, **settings), waits
 
 
@@ -450,13 +467,70 @@ def test_a_429_waits_as_long_as_retry_after_asks() -> None:
     assert waits == [2.0]
 
 
-def test_retry_after_is_capped_and_a_date_falls_back_to_the_backoff() -> None:
-    with canned(Reply(429, {}, {"Retry-After": "3600"}),
-                Reply(429, {}, {"Retry-After": "Wed, 21 Oct 2026 07:28:00 GMT"}),
+def test_a_retry_after_beyond_the_ceiling_gives_up_at_once() -> None:
+    with canned(Reply(429, {"error": {"message": "slow down"}}, {"Retry-After": "3600"}),
                 Reply()) as server:
         model, waits = recording_model(server.url)
-        model.chat(OPENING)
-    assert waits == [8.0, 1.0]
+        error = failure(model)
+    assert (error.status, error.reason) == (
+        429, "slow down (not retried: the server asks for a wait over 60 s)")
+    assert waits == [] and len(server.requests) == 1
+
+
+def test_every_attempt_carries_its_number_as_the_sdk_sends_it() -> None:
+    """The adapter and the official openai client, against the same failing server."""
+    import openai
+
+    replies = (Reply(503, {}, {"retry-after-ms": "1"}), Reply(503, {}, {"retry-after-ms": "1"}),
+               Reply())
+    with canned(*replies) as ours:
+        recording_model(ours.url, retry=RetryPolicy(max_retries=2))[0].chat(OPENING)
+    with canned(*replies) as theirs:
+        client = openai.OpenAI(base_url=theirs.url, api_key="x", max_retries=2)
+        client.chat.completions.create(model="m", messages=OPENING)  # type: ignore[arg-type]
+    counts = [[request["headers"].get(RETRY_COUNT_HEADER) for request in server.requests]
+              for server in (ours, theirs)]
+    assert counts[0] == counts[1] == ["0", "1", "2"]
+
+
+SDK_COMPLETION = {"id": "c", "object": "chat.completion", "created": 0, "model": "m",
+                  "choices": [{"index": 0, "finish_reason": "length", "message": {
+                      "role": "assistant", "content": NAN_TEXT}}]}
+
+
+def test_the_sdks_return_what_the_adapters_refuse_as_the_appendix_says(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The table of differences: a reply cut short and a NaN are returned, and a proxy is
+    used for 127.0.0.1, by both official clients; the adapters refuse all three."""
+    import openai
+
+    body = json.dumps(SDK_COMPLETION).replace(json.dumps(NAN_TEXT), "NaN").encode()
+    anthropic_body = json.dumps({**ANTHROPIC_REPLY, "stop_reason": "max_tokens",
+                                 "usage": {"input_tokens": 1, "output_tokens": 1},
+                                 "id": "m", "model": "m"}).replace('"Done."', "NaN").encode()
+    with canned(Reply(200, body)) as server:
+        completion = openai.OpenAI(base_url=server.url, api_key="x", max_retries=0) \
+            .chat.completions.create(model="m", messages=OPENING)  # type: ignore[arg-type]
+        assert completion.choices[0].finish_reason == "length"
+        assert math.isnan(completion.choices[0].message.content)  # type: ignore[arg-type]
+        assert failure(recording_model(server.url)[0]).reason.startswith(
+            "the reply is not JSON (NaN is not standard JSON)")
+    with canned(Reply(200, anthropic_body)) as server:
+        message = anthropic_client(server.url).messages.create(
+            model="m", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
+        assert message.stop_reason == "max_tokens"
+        assert math.isnan(message.content[0].text)  # type: ignore[union-attr,arg-type]
+    with canned(Reply()) as proxy, canned(Reply(200, SDK_COMPLETION)) as server:
+        monkeypatch.setenv("HTTP_PROXY", proxy.url.removesuffix("/v1"))
+        for name in ("NO_PROXY", "no_proxy", "http_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        with contextlib.suppress(Exception):  # the proxy's canned reply is no completion
+            openai.OpenAI(base_url=server.url, api_key="x", max_retries=0) \
+                .chat.completions.create(model="m", messages=OPENING)  # type: ignore[arg-type]
+        with contextlib.suppress(Exception):
+            anthropic_client(server.url).messages.create(
+                model="m", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
+    assert (len(proxy.requests), len(server.requests)) == (2, 0)
 
 
 def test_a_server_that_keeps_failing_gets_a_bounded_number_of_retries() -> None:
@@ -491,20 +565,22 @@ def test_a_long_error_body_is_cut_to_one_short_line() -> None:
 
 def test_a_silent_server_times_out_instead_of_hanging() -> None:
     with canned(Reply(stall=True)) as server:
-        model, waits = recording_model(server.url, timeout=0.2)
+        model, waits = recording_model(server.url, timeout=0.2,
+                                       retry=RetryPolicy(max_retries=1, random=lambda: 1.0))
         started = time.monotonic()
         error = failure(model)
         elapsed = time.monotonic() - started
-    assert (error.status, error.reason) == (None, "no reply before the timeout (ReadTimeout)")
-    assert elapsed < 2 and waits == [] and len(server.requests) == 1
+    assert (error.status, error.reason) == (
+        None, "no reply before the timeout (ReadTimeout) (gave up after 2 attempts)")
+    assert elapsed < 2 and waits == [0.5] and len(server.requests) == 2
 
 
 def test_a_refused_connection_raises_model_error() -> None:
     model, waits = recording_model(closed_port_url())
     error = failure(model)
     assert (error.status, str(error)) == (
-        None, "could not connect to the model server (ConnectError)")
-    assert waits == []
+        None, "could not connect to the model server (ConnectError) (gave up after 4 attempts)")
+    assert waits == [0.5, 1.0, 2.0]  # a refused connection is retried, as the SDKs do
 
 
 def test_a_url_without_a_scheme_raises_model_error() -> None:
@@ -515,7 +591,8 @@ def test_a_url_without_a_scheme_raises_model_error() -> None:
 def test_a_body_that_is_not_json_raises_model_error() -> None:
     with canned(Reply(200, b"<html>surprise</html>")) as server:
         error = failure(recording_model(server.url)[0])
-    assert (error.status, error.reason) == (200, "the reply is not JSON")
+    assert (error.status, error.reason) == (
+        200, "the reply is not JSON (Expecting value: line 1 column 1 (char 0))")
 
 
 @pytest.mark.parametrize("body", [
@@ -540,7 +617,8 @@ def test_the_anthropic_adapter_shares_the_retries_and_checks_its_reply() -> None
     with canned(Reply(529, {"type": "error", "error": {"message": "Overloaded"}}),
                 Reply(200, ANTHROPIC_REPLY), Reply(200, {"type": "message"})) as server:
         waits: list[float] = []
-        model = AnthropicModel(base_url=server.url, model="m", sleep=waits.append)
+        model = AnthropicModel(base_url=server.url, model="m", sleep=waits.append,
+                               retry=NO_JITTER)
         assert model.chat(OPENING) == {"role": "assistant", "content": "Done."}
         error = failure(model)
     assert waits == [0.5]
@@ -584,7 +662,8 @@ def test_the_api_key_never_appears_in_reprs_errors_output_or_logs(
     caplog.set_level(logging.DEBUG)
     for name in ("httpx", "httpcore"):
         caplog.set_level(logging.DEBUG, logger=name)
-    settings = {"model": "m", "sleep": lambda seconds: None, "timeout": 0.2}
+    settings = {"model": "m", "sleep": lambda seconds: None, "timeout": 0.1,
+                "retry": RetryPolicy(max_retries=2)}
     adapters: list[tuple[Callable[[str], Any], dict[str, Any]]] = [
         (lambda url: OpenAICompatibleModel(base_url=url, **settings), COMPLETION),
         (lambda url: AnthropicModel(base_url=url, **settings), ANTHROPIC_REPLY),
@@ -696,9 +775,11 @@ def test_reply_blocks_become_tool_calls_with_arguments_as_a_json_string() -> Non
         {"type": "tool_use", "id": "toolu_1", "name": "lookup_order",
          "input": {"order_id": "A-17"}},
         {"type": "tool_use", "id": "toolu_2", "name": "read_policy", "input": {}},
-        {"type": "thinking", "thinking": "not for the transcript"},
+        {"type": "thinking", "thinking": "not for the content", "signature": "s"},
     ])
-    assert message == {"role": "assistant", "content": "Let me check.", "tool_calls": [
+    assert message == {"role": "assistant", "content": "Let me check.", THINKING_KEY: [
+        {"type": "thinking", "thinking": "not for the content", "signature": "s"}],
+        "tool_calls": [
         {"id": "toolu_1", "type": "function",
          "function": {"name": "lookup_order", "arguments": '{"order_id": "A-17"}'}},
         {"id": "toolu_2", "type": "function",
@@ -828,7 +909,8 @@ def test_errors_on_the_messages_path_have_the_messages_api_shape() -> None:
     with ReplayServer(overreaching_model) as server, httpx.Client(timeout=5) as client:
         not_json = client.post(f"{server.base_url}/messages", content=b"{nope")
     assert (not_json.status_code, not_json.json()) == (400, {"type": "error", "error": {
-        "type": "invalid_request_error", "message": "the request body is not JSON"}})
+        "type": "invalid_request_error", "message": "the request body is not JSON: Expecting "
+        "property name enclosed in double quotes: line 1 column 2 (char 1)"}})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1250,7 +1332,8 @@ def test_tracebacks_with_local_variables_never_show_the_key(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
     monkeypatch.setenv("ANTHROPIC_API_KEY", API_KEY)
-    settings = {"model": "m", "sleep": lambda seconds: None, "timeout": 0.2}
+    settings = {"model": "m", "sleep": lambda seconds: None, "timeout": 0.1,
+                "retry": RetryPolicy(max_retries=2)}
     adapters: list[tuple[Callable[[str], Any], dict[str, Any]]] = [
         (lambda url: OpenAICompatibleModel(base_url=url, **settings), COMPLETION),
         (lambda url: AnthropicModel(base_url=url, **settings), ANTHROPIC_REPLY),
