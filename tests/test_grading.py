@@ -55,6 +55,11 @@ PUBLIC_TESTS = REPO_ROOT / "exercises" / "tests"
 FIXTURES = REPO_ROOT / FIXTURES_DIR
 # Every assignment, one per chapter with exercises: anatomy-exercises.ipynb is "anatomy".
 ASSIGNMENTS = ("anatomy", "durable")
+# Submissions that break grading itself: a function that never returns when a test calls it,
+# and a cell that kills the kernel. Graded by the class command and on Gradescope's layout.
+LOOPING, DYING = "wrong-q5a-never-returns", "wrong-q4c-exits-the-kernel"
+# Fixtures graded only on Gradescope's layout (below), each graded once in the whole suite.
+ON_GRADESCOPE_ONLY = {LOOPING, DYING, "wrong-q1b-no-turn-budget"}
 # The student files, Chapter 1's autograder zip, and every assignment's zip by name.
 Built = tuple[dict[str, str], Path, dict[str, Path]]
 
@@ -143,18 +148,9 @@ def test_solution_markers_are_removed_from_a_correct_answer() -> None:
 # The grading table
 
 
-def test_the_second_assignments_correct_submission_scores_full_marks(built: Built) -> None:
-    # Chapter 1's correct submission is graded through the class command, with a class of
-    # broken ones, below.
-    scores = grade("correct", built, "durable")
-    assert {question: score.points for question, score in scores.items()} == (
-        autograded_points("durable"))
-    assert all(score.public_passed for score in scores.values())
-
-
-@pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_the_unanswered_notebook_scores_nothing_and_says_so(
-        built: Built, assignment: str) -> None:
+def test_the_unanswered_notebook_scores_nothing_and_says_so(built: Built) -> None:
+    # Chapter 1's is graded on Gradescope's layout, below.
+    assignment = "durable"
     unanswered = grade("unanswered", built, assignment)
     assert {question: score.points for question, score in unanswered.items()} == dict.fromkeys(
         autograded_points(assignment), 0.0)
@@ -166,7 +162,9 @@ def test_the_unanswered_notebook_scores_nothing_and_says_so(
             question, score.public_messages)
 
 
-@pytest.mark.parametrize("wrong", WRONG_ANSWERS, ids=wrong_answer_name)
+@pytest.mark.parametrize("wrong", [wrong for wrong in WRONG_ANSWERS
+                                   if wrong_answer_name(wrong) not in ON_GRADESCOPE_ONLY],
+                         ids=wrong_answer_name)
 def test_a_wrong_answer_loses_points_on_its_own_question_and_no_other(
         built: Built, wrong: Any) -> None:
     assignment = assignment_of(wrong.question)
@@ -408,22 +406,29 @@ def test_a_class_with_a_hang_a_typo_a_corrupt_file_and_a_dead_kernel_is_graded(
            + solution_code(code_cell(SOURCE, "q7b-code")))
     folder = tmp_path / "class"
     folder.mkdir()
-    shutil.copy(FIXTURES / "correct.ipynb", folder)
+    for fixture in ("correct", LOOPING):
+        shutil.copy(FIXTURES / f"{fixture}.ipynb", folder)
     (folder / "loops.ipynb").write_text(small_submission(
         q7b, 'grader.check("anatomy_q7b")', "while True:\n    pass",
         'grader.check("anatomy_q5a")', "x = (", 'grader.check("anatomy_q4c")'))
-    (folder / "dies.ipynb").write_text(small_submission("import os\nos._exit(1)"))
+    # Killed in one cell, after an answer that keeps its points; and killed in one cell and,
+    # when graded again without it, in the next.
+    (folder / "dies.ipynb").write_text(small_submission(
+        q7b, 'grader.check("anatomy_q7b")', "import os\nos._exit(1)"))
+    (folder / "dies-twice.ipynb").write_text(small_submission(*["import os\nos._exit(1)"] * 2))
     (folder / "page.ipynb").write_text("<!DOCTYPE html><html><body>Not found</body></html>")
     written = tmp_path / "written.csv"
     written.write_text("student,written\ncorrect,12.5\n")
     status = grading_main(["class", str(folder), "-o", str(tmp_path / "out"), "--timeout",
-                           "3", "--autograder", str(built[1]), "--workers", "2",
+                           "3", "--test-timeout", "2", "--autograder", str(built[1]),
+                           "--workers", "2",
                            "--engine", "process", "--written", str(written),
                            "--assignment", "anatomy-exercises"])
     assert status == 1  # the summary names the files with problems
     rows = {row["student"]: row for row in csv.DictReader(
         (tmp_path / "out/grades.csv").open(encoding="utf-8"))}
-    assert list(rows) == ["points possible", "correct", "dies", "loops", "page"]
+    assert list(rows) == ["points possible", "correct", "dies", "dies-twice", "loops", "page",
+                          LOOPING]
     maximum = autograded_points()
     assert all(points > 0 for points in maximum.values())
     scores = {question: f"{points:.2f}" for question, points in maximum.items()}
@@ -435,9 +440,26 @@ def test_a_class_with_a_hang_a_typo_a_corrupt_file_and_a_dead_kernel_is_graded(
     assert (rows["loops"]["anatomy_q7b"], rows["loops"]["anatomy_q5a"]) == ("2.00", "0.00")
     assert rows["loops"]["status"].startswith("anatomy_q5a: cell")
     assert "time limit" in rows["loops"]["status"]
-    assert rows["dies"]["status"] == "not graded: DeadKernelError: Kernel died"
+    # The cell that killed the kernel is named, and the answer before it keeps its points.
+    assert re.match(r"cell \w+: the kernel died there; graded again with that cell raising "
+                    "an error", rows["dies"]["status"]), rows["dies"]["status"]
+    assert rows["dies"]["anatomy_q7b"] == "2.00"
+    assert re.match(r"not graded: the kernel died in cell \w+, and again in cell \w+$",
+                    rows["dies-twice"]["status"]), rows["dies-twice"]["status"]
+    assert rows["dies-twice"]["total"] == "0.00"
+    # The function that never returns costs its own question only, and says where it hung.
+    earned = {q: float(rows[LOOPING][q]) for q in maximum}
+    assert earned["anatomy_q5a"] < maximum["anatomy_q5a"]
+    assert {q: p for q, p in earned.items() if q != "anatomy_q5a"} == {
+        q: p for q, p in maximum.items() if q != "anatomy_q5a"}
+    assert rows[LOOPING]["status"] == (
+        "anatomy_q5a: calling receipt_liar() did not finish within 2 s "
+        "(test test_q5a_every_call_returns_a_fresh_model); anatomy_q5a: calling receipt_liar() "
+        "did not finish within 2 s (test test_q5a_fresh_copies)")
+    looping_feedback = (tmp_path / "out/feedback" / f"{LOOPING}.txt").read_text()
+    assert "receipt_liar() did not finish within 2 s" in looping_feedback
     assert rows["page"]["status"].startswith("unreadable: NotJSONError")
-    assert rows["page"]["total"] == rows["dies"]["total"] == "0.00"
+    assert rows["page"]["total"] == "0.00"
     # A cell that raised is named, not the symptom a later test saw.
     assert "anatomy_q4c: cell" in rows["loops"]["status"]
     assert "raised SyntaxError" in rows["loops"]["status"]
@@ -467,3 +489,93 @@ def test_every_hidden_test_says_what_it_checks() -> None:
     hidden = [config for config in configs if config.get("hidden")]
     assert len(hidden) == 20
     assert all(config["failure_message"].startswith("Hidden test: checks") for config in hidden)
+
+
+# ---------------------------------------------------------------------------------------------
+# Gradescope: the autograder zip run as Gradescope runs it
+
+
+def run_on_gradescope(archive: Path, submission: Path, folder: Path) -> dict[str, Any]:
+    """Gradescope's layout in ``folder`` (source/ the zip unpacked, submission/, results/),
+    graded by the zip's own run_otter.py, as Gradescope's run_autograder calls it."""
+    import runpy
+
+    for part in ("source", "submission", "results"):
+        (folder / part).mkdir(parents=True)
+    with zipfile.ZipFile(archive) as unpacked:
+        unpacked.extractall(folder / "source")
+    shutil.copy(submission, folder / "submission" / submission.name)
+    runner = runpy.run_path(str(folder / "source" / "run_otter.py"))
+    runner["main"](str(folder))
+    results: dict[str, Any] = json.loads((folder / "results" / "results.json").read_text())
+    return results
+
+
+# One run each, spread over the test workers: every fixture here is graded nowhere else.
+GRADESCOPE_CASES = [("durable", "correct"), ("anatomy", "unanswered"),
+                    ("anatomy", "wrong-q1b-no-turn-budget"), ("anatomy", LOOPING),
+                    ("anatomy", DYING)]
+
+
+@pytest.mark.parametrize(("assignment", "name"), GRADESCOPE_CASES)
+def test_gradescope_scores_each_question_and_hides_hidden_tests_until_published(
+        built: Built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        assignment: str, name: str) -> None:
+    import time
+
+    from scripts.course.time_limit import ENVIRONMENT_VARIABLE
+
+    # The kernel inherits the tests' limit; otter prepends to PATH, which is restored after.
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, "1")
+    monkeypatch.setenv("MPLBACKEND", "agg")
+    monkeypatch.setenv("PATH", os.environ["PATH"])
+    started = time.monotonic()
+    results = run_on_gradescope(built[2][assignment],
+                                REPO_ROOT / fixtures_folder(assignment) / f"{name}.ipynb",
+                                tmp_path / "autograder")
+    elapsed = time.monotonic() - started
+    maximum = autograded_points(assignment)
+    questions = {test["name"]: test for test in results["tests"] if test["name"] in maximum}
+    assert {q: test["max_score"] for q, test in questions.items()} == maximum
+    # Each question's entry holds its hidden tests' results: students see it once published.
+    assert {test["visibility"] for test in questions.values()} == {"after_published"}
+    [public] = [test for test in results["tests"] if test["name"] == "Public Tests"]
+    assert public["visibility"] == "visible"
+    earned = {q: test["score"] for q, test in questions.items()}
+    lost = {"correct": None, "unanswered": None, "wrong-q1b-no-turn-budget": "anatomy_q1b",
+            LOOPING: "anatomy_q5a", DYING: "anatomy_q4c"}[name]
+    if name == "unanswered":
+        assert earned == dict.fromkeys(maximum, 0.0)
+        assert "not answered yet" in public["output"]
+        return
+    assert {q: p for q, p in earned.items() if q != lost} == {
+        q: p for q, p in maximum.items() if q != lost}
+    if lost is not None:
+        assert earned[lost] < maximum[lost]
+    if name == LOOPING:
+        assert ("anatomy_q5a: calling receipt_liar() did not finish within 1 s"
+                in questions["anatomy_q5a"]["output"])
+        # Two tests call the function and are stopped at 1 s each; the rest is one kernel's
+        # run of the notebook, a few seconds even on a busy machine.
+        assert elapsed < 60, elapsed
+    if name == DYING:
+        [note] = [test for test in results["tests"] if test["name"] == "Autograder"]
+        assert note["visibility"] == "visible"
+        assert note["output"].startswith("cell q4c-code: the kernel died there")
+
+
+def test_the_autograder_zip_pins_what_the_repository_pins(built: Built) -> None:
+    from scripts.checks.book_checks import release_commit
+
+    pins = {requirement_name(line): line.strip() for name in ("requirements.txt",
+                                                              "requirements-dev.txt")
+            for line in (REPO_ROOT / name).read_text().splitlines()
+            if "==" in line and not line.startswith("#")}
+    for assignment, archive in built[2].items():
+        with zipfile.ZipFile(archive) as unpacked:
+            environment = yaml.safe_load(unpacked.read("environment.yml"))
+        [pip] = [entry["pip"] for entry in environment["dependencies"] if isinstance(entry, dict)]
+        versions = {requirement_name(entry): entry for entry in pip}
+        assert versions["matplotlib"] == pins["matplotlib"], assignment
+        assert versions["otter-grader"].split("==")[1] == pins["otter-grader"].split("==")[1]
+        assert versions["agentbook"].endswith(f"@{release_commit(REPO_ROOT)}"), assignment
