@@ -138,6 +138,21 @@ def test_a_wrong_answer_whose_text_is_gone_is_reported(tmp_path: Path) -> None:
         with_wrong_answer(notebook, missing)
 
 
+def test_a_wrong_answer_to_no_existing_assignment_or_question_is_an_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    shutil.copytree(REPO_ROOT / "exercises" / "source", tmp_path / "exercises" / "source")
+    wrong = tmp_path / "exercises" / "source" / "wrong-answers.yml"
+    entries = yaml.safe_load(wrong.read_text())
+    for question, expected in (
+            ("anatomyy_q1b", "is for anatomyy_q1b, but no assignment anatomyy; there are: "
+                             "anatomy, durable"),
+            ("anatomy_q9z", "is for anatomy_q9z, but assignment anatomy has no question "
+                            "anatomy_q9z")):
+        wrong.write_text(yaml.safe_dump([*entries, {**entries[0], "question": question}]))
+        assert grading_main(["--root", str(tmp_path), "fixtures", "--check"]) == 2
+        assert expected in capsys.readouterr().err
+
+
 def test_solution_markers_are_removed_from_a_correct_answer() -> None:
     source = ('# BEGIN SOLUTION NO PROMPT\nx = 1\n# END SOLUTION\n""" # BEGIN PROMPT\nx = ...\n'
               '"""  # END PROMPT\ny = x + 1  # SOLUTION\n')
@@ -579,3 +594,50 @@ def test_the_autograder_zip_pins_what_the_repository_pins(built: Built) -> None:
         assert versions["matplotlib"] == pins["matplotlib"], assignment
         assert versions["otter-grader"].split("==")[1] == pins["otter-grader"].split("==")[1]
         assert versions["agentbook"].endswith(f"@{release_commit(REPO_ROOT)}"), assignment
+
+
+# ---------------------------------------------------------------------------------------------
+# The time limit inside the tests, as a student's grader.check meets it
+
+
+def test_a_students_check_stops_a_function_that_never_returns(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # In this process, as in a student's kernel: no kernel started, the committed tests.
+    import otter
+
+    from scripts.course.time_limit import ENVIRONMENT_VARIABLE
+
+    shutil.copytree(PUBLIC_TESTS, tmp_path / "tests")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, "0.2")
+    environment: dict[str, Any] = {}
+    exec(code_cell(STUDENT, "imports"), environment)
+    exec(code_cell(FIXTURES / f"{LOOPING}.ipynb", "q5a-code"), environment)
+    result = otter.Notebook().check("anatomy_q5a", environment)
+    [answered, fresh] = result.test_case_results
+    assert answered.passed and not fresh.passed
+    # otter still quotes the test's own line, and the message names question, call, limit.
+    assert "Error at line" in fresh.message and "first = receipt_liar()" in fresh.message
+    assert fresh.message.endswith(
+        "TimeoutError: anatomy_q5a: calling receipt_liar() did not finish within 0.2 s "
+        "(test test_q5a_every_call_returns_a_fresh_model)")
+    # A student's own `except Exception:` or bare `except:` cannot hold the test up.
+    for catch in ("Exception", "BaseException"):
+        exec(f"def receipt_liar():\n    while True:\n        try:\n            pass\n"
+             f"        except {catch}:\n            pass\n", environment)
+        [_, fresh] = otter.Notebook().check("anatomy_q5a", environment).test_case_results
+        assert "did not finish within 0.2 s" in fresh.message, catch
+
+
+def test_a_test_file_gets_the_time_limit_once() -> None:
+    from scripts.course.time_limit import OTTER_IMPORT, with_time_limit
+
+    written = OTTER_IMPORT + "\nOK_FORMAT = False\n\nname = 'q1'\n"
+    limited = with_time_limit(written)
+    assert limited.count("_limit_every_test(10, ") == 1
+    assert limited.endswith(written[len(OTTER_IMPORT):])
+    assert with_time_limit(limited) == limited
+    with pytest.raises(ValueError, match="not a test file that otter assign wrote"):
+        with_time_limit("name = 'q1'\n")
+    # Every committed test file has it, so a new assignment's get it from the build alone.
+    assert all("\n_limit_every_test(10, " in path.read_text() for path in PUBLIC_TESTS.glob("*.py"))
