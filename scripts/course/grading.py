@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import html
 import multiprocessing
 import os
@@ -24,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -219,6 +221,7 @@ class Graded:
     scores: dict[str, Score]
     status: str = "ok"
     cell_errors: dict[str, str] = field(default_factory=dict)  # question -> the error
+    seconds: float = 0.0  # how long grading it took, on the clock, re-grading included
 
 
 @contextmanager
@@ -278,6 +281,13 @@ def grade_one(submission: Path, autograder: Path, timeout: float = 300,
     """One submission graded by ``otter run``'s API, each cell within ``timeout`` seconds and
     each test within ``test_timeout``; an unreadable file or a kernel that dies twice is
     reported in the status and scores nothing."""
+    started = time.perf_counter()
+    graded = grade_submission_once(submission, autograder, timeout, test_timeout)
+    return dataclasses.replace(graded, seconds=round(time.perf_counter() - started, 3))
+
+
+def grade_submission_once(submission: Path, autograder: Path, timeout: float,
+                          test_timeout: float) -> Graded:
     from otter.api import grade_submission
 
     try:
