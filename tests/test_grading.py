@@ -641,3 +641,24 @@ def test_a_test_file_gets_the_time_limit_once() -> None:
         with_time_limit("name = 'q1'\n")
     # Every committed test file has it, so a new assignment's get it from the build alone.
     assert all("\n_limit_every_test(10, " in path.read_text() for path in PUBLIC_TESTS.glob("*.py"))
+
+
+def test_the_cell_a_kernel_died_in_is_found_by_id_or_else_by_source() -> None:
+    from scripts.course.run_otter import cell_name, without_cell
+
+    cells = [nbformat.v4.new_code_cell("x = 1", id="keep"),
+             nbformat.v4.new_code_cell("import os\nos._exit(1)", id="exits")]
+    notebook = nbformat.v4.new_notebook(cells=cells)
+    replaced = without_cell(notebook, nbformat.from_dict(cells[1]))
+    assert replaced is not None and replaced.cells[0].source == "x = 1"
+    assert replaced.cells[1].source.startswith(
+        "raise RuntimeError('the kernel died while running cell exits, so grading skipped it")
+    assert notebook.cells[1].source.startswith("import os")  # the submission is left alone
+    # otter's copy may carry ids the submission lacks: then the source identifies the cell.
+    made_up = nbformat.v4.new_code_cell("import os\nos._exit(1)", id="random")
+    replaced = without_cell(notebook, made_up)
+    assert replaced is not None and replaced.cells[1].source.startswith("raise RuntimeError")
+    # The cell otter adds to run the tests is not the student's: no second grading.
+    otter_cell = nbformat.v4.new_code_cell("from otter.execute import Checker\n...")
+    assert without_cell(notebook, otter_cell) is None
+    assert cell_name(otter_cell) == "otter's own cell, which runs the tests"

@@ -22,7 +22,7 @@ def _limit_every_test(default_seconds: float = 10, variable: str = "") -> None:
 
     def what_ran(frame, test):
         callee = None
-        while frame is not None and frame.f_code is not test.__code__:
+        while frame is not None and frame.f_code is not getattr(test, "__code__", None):
             callee, frame = frame, frame.f_back
         if frame is None or callee is None:
             return "the test itself"
@@ -39,9 +39,9 @@ def _limit_every_test(default_seconds: float = 10, variable: str = "") -> None:
 
         def stop(signum, frame):
             if frame is not None and frame.f_code is not call_func.__code__:
-                raise TestTimedOut(
-                    f"{test.__globals__.get('name', '?')}: {what_ran(frame, test)} did not "
-                    f"finish within {seconds:g} s (test {test.__name__})")
+                question = getattr(test, "__globals__", {}).get("name", "?")
+                raise TestTimedOut(f"{question}: {what_ran(frame, test)} did not finish "
+                                   f"within {seconds:g} s (test {test.__name__})")
 
         previous = signal.signal(signal.SIGALRM, stop)
         # Again every half second, in case the student's code catches the first one.

@@ -51,23 +51,26 @@ def running_cell() -> Iterator[dict[str, Any]]:
 
 
 def cell_name(cell: Any) -> str:
-    return str(cell.get("id") or cell.source.split("\n", 1)[0][:40])
+    if cell.source.startswith("from otter"):  # the cells otter adds to set up and run tests
+        return "otter's own cell, which runs the tests"
+    return f"cell {cell.get('id') or cell.source.split(chr(10), 1)[0][:40]}"
 
 
 def without_cell(notebook: nbformat.NotebookNode, dead: Any) -> nbformat.NotebookNode | None:
     """The notebook with the cell the kernel died in replaced by one that raises; None when
     that cell is not the student's (otter's own cells, which run the tests)."""
     copy = nbformat.from_dict(notebook)
-    for cell in copy.cells:
-        if cell.cell_type == "code" and (
-                cell.get("id") == dead.get("id") if dead.get("id") else cell.source == dead.source):
-            message = (f"the kernel died while running cell {cell_name(dead)}, so grading "
-                       "skipped it: find what ends the process there (os._exit, a crash, "
-                       "running out of memory)")
-            cell.source = f"raise RuntimeError({message!r})"
-            cell.outputs = []
-            return copy
-    return None
+    code = [cell for cell in copy.cells if cell.cell_type == "code"]
+    # By id; by source where the notebook has no ids (otter's copy may have made some up).
+    same = ([cell for cell in code if dead.get("id") and cell.get("id") == dead.get("id")]
+            or [cell for cell in code if cell.source == dead.source])
+    if not same:
+        return None
+    message = (f"the kernel died while running {cell_name(dead)}, so grading skipped it: "
+               "find what ends the process there (os._exit, a crash, running out of memory)")
+    same[0].source = f"raise RuntimeError({message!r})"
+    same[0].outputs = []
+    return copy
 
 
 def grade_surviving(notebook: nbformat.NotebookNode,
@@ -82,9 +85,9 @@ def grade_surviving(notebook: nbformat.NotebookNode,
         except DeadKernelError:
             dead = seen["cell"]
     replaced = without_cell(notebook, dead) if dead is not None else None
-    where = f"cell {cell_name(dead)}" if dead is not None else "a cell"
+    where = cell_name(dead) if dead is not None else "a cell"
     if replaced is None:
-        raise KernelDied(f"the kernel died in {where}, which runs the tests")
+        raise KernelDied(f"the kernel died in {where}")
     with running_cell() as seen:
         try:
             return grade(replaced), (f"{where}: the kernel died there; graded again with "
@@ -92,7 +95,7 @@ def grade_surviving(notebook: nbformat.NotebookNode,
         except DeadKernelError:
             again = seen["cell"]
     raise KernelDied(f"the kernel died in {where}, and again in "
-                     f"{'cell ' + cell_name(again) if again is not None else 'a cell'}")
+                     f"{cell_name(again) if again is not None else 'a cell'}")
 
 
 def failed_results(message: str) -> dict[str, Any]:
