@@ -288,6 +288,7 @@ def grade_one(submission: Path, autograder: Path, timeout: float = 300,
 
 def grade_submission_once(submission: Path, autograder: Path, timeout: float,
                           test_timeout: float) -> Graded:
+    """``grade_one`` without the clock: graded again without the cell a kernel died in."""
     from otter.api import grade_submission
 
     try:
@@ -306,8 +307,8 @@ def grade_submission_once(submission: Path, autograder: Path, timeout: float,
     try:
         # Figures drawn with Agg, as nothing is shown; the kernel inherits the tests' limit.
         # patch.dict restores the environment afterward, as otter prepends to PATH each call.
-        with patch.dict(os.environ, {"MPLBACKEND": "agg", TEST_LIMIT_VARIABLE: f"{test_timeout:g}"}
-                        ), cell_time_limit(timeout):
+        settings = {"MPLBACKEND": "agg", TEST_LIMIT_VARIABLE: f"{test_timeout:g}"}
+        with patch.dict(os.environ, settings), cell_time_limit(timeout):
             results, note = grade_surviving(notebook, grade)
     except KernelDied as died:
         return Graded({}, f"not graded: {died}"[:200])
