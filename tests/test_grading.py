@@ -658,6 +658,11 @@ def test_the_cell_a_kernel_died_in_is_found_by_id_or_else_by_source() -> None:
     made_up = nbformat.v4.new_code_cell("import os\nos._exit(1)", id="random")
     replaced = without_cell(notebook, made_up)
     assert replaced is not None and replaced.cells[1].source.startswith("raise RuntimeError")
+    # Two cells with one id (a hand-edited file): the one that ran is the one replaced.
+    notebook.cells[0].id = "exits"
+    replaced = without_cell(notebook, nbformat.from_dict(cells[1]))
+    assert replaced is not None and replaced.cells[0].source == "x = 1"
+    assert replaced.cells[1].source.startswith("raise RuntimeError")
     # The cell otter adds to run the tests is not the student's: no second grading.
     otter_cell = nbformat.v4.new_code_cell("from otter.execute import Checker\n...")
     assert without_cell(notebook, otter_cell) is None

@@ -61,9 +61,12 @@ def without_cell(notebook: nbformat.NotebookNode, dead: Any) -> nbformat.Noteboo
     that cell is not the student's (otter's own cells, which run the tests)."""
     copy = nbformat.from_dict(notebook)
     code = [cell for cell in copy.cells if cell.cell_type == "code"]
-    # By id; by source where the notebook has no ids (otter's copy may have made some up).
-    same = ([cell for cell in code if dead.get("id") and cell.get("id") == dead.get("id")]
-            or [cell for cell in code if cell.source == dead.source])
+    # By id, and among cells that share one (a hand-edited file), by source; by source alone
+    # where the notebook has no ids (otter's copy may have made some up).
+    by_id = [cell for cell in code if dead.get("id") and cell.get("id") == dead.get("id")]
+    by_source = [cell for cell in code if cell.source == dead.source]
+    same = ([cell for cell in by_id if cell in by_source] if len(by_id) > 1 else by_id
+            ) or by_source
     if not same:
         return None
     message = (f"the kernel died while running {cell_name(dead)}, so grading skipped it: "
