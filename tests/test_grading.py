@@ -689,3 +689,26 @@ def test_the_cell_a_kernel_died_in_is_found_by_id_or_else_by_source() -> None:
     otter_cell = nbformat.v4.new_code_cell("from otter.execute import Checker\n...")
     assert without_cell(notebook, otter_cell) is None
     assert cell_name(otter_cell) == "otter's own cell, which runs the tests"
+
+
+def test_gradescope_runs_every_cell_within_a_time_limit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Otter sets no limit on a cell; the zip's runner does, as the class command does.
+    import otter.run.run_autograder as entry
+
+    from scripts.course import run_otter
+
+    limits: list[int] = []
+
+    def run_autograder(folder: str) -> None:
+        import nbconvert.preprocessors as preprocessors
+
+        executor = preprocessors.ExecutePreprocessor()  # as otter makes it, while grading
+        limits.extend(executor.timeout_func(nbformat.v4.new_code_cell(source))
+                      for source in ("while True:\n    pass", 'grader.check("anatomy_q1b")'))
+
+    monkeypatch.setattr(entry, "main", run_autograder)
+    (tmp_path / "submission").mkdir()
+    (tmp_path / "submission" / "hw.ipynb").write_text(small_submission("x = 1"))
+    run_otter.main(str(tmp_path))
+    assert limits == [run_otter.CELL_SECONDS, 5 * run_otter.CELL_SECONDS]

@@ -27,9 +27,8 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +39,7 @@ import yaml
 
 from scripts.build.generated import read_files, sync
 from scripts.course.exercises import ExercisesError, build, normalize, source_notebooks
-from scripts.course.run_otter import KernelDied, grade_surviving
+from scripts.course.run_otter import KernelDied, cell_time_limit, grade_surviving
 from scripts.course.time_limit import DEFAULT_SECONDS
 from scripts.course.time_limit import ENVIRONMENT_VARIABLE as TEST_LIMIT_VARIABLE
 
@@ -222,32 +221,6 @@ class Graded:
     status: str = "ok"
     cell_errors: dict[str, str] = field(default_factory=dict)  # question -> the error
     seconds: float = 0.0  # how long grading it took, on the clock, re-grading included
-
-
-@contextmanager
-def cell_time_limit(seconds: float) -> Iterator[None]:
-    """Interrupt any cell that runs longer than ``seconds`` (otter sets no limit on its
-    ExecutePreprocessor), so that only the question that hangs loses its points."""
-    import nbconvert.preprocessors as preprocessors
-
-    original = preprocessors.ExecutePreprocessor
-
-    class TimedPreprocessor(original):  # type: ignore[misc, valid-type]
-        def __init__(self, **kwargs: object) -> None:
-            super().__init__(**kwargs)
-            self.interrupt_on_timeout = True
-            self.timeout_func = self.limit
-
-        @staticmethod
-        def limit(cell: nbformat.NotebookNode) -> int:
-            # Otter's own cells (its set-up, and the last one, which runs every test not yet
-            # run) and the check cells get more: every test in them has a limit of its own,
-            # and stopping them would cost every question, or a question's every test.
-            checks = "from otter" in cell.source or "grader.check(" in cell.source
-            return max(1, round(seconds)) * (5 if checks else 1)
-
-    with patch.object(preprocessors, "ExecutePreprocessor", TimedPreprocessor):
-        yield
 
 
 CHECK_CALL = re.compile(r"""grader\.check\(["'](\w+)["']""")

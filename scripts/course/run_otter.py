@@ -2,7 +2,9 @@
 run_otter.py does, except that a kernel that dies costs only the cell it died in.
 
 The exercises' build puts this file into every autograder zip in place of otter's; the class
-command's process pool uses the same functions (scripts/course/grading.py). When the kernel
+command's process pool uses the same functions (scripts/course/grading.py). Every cell runs
+within a time limit (otter sets none), so a cell that never ends costs its own question and
+not the whole submission. When the kernel
 dies during a cell (``os._exit``, a crash, running out of memory), otter raises and writes no
 results at all: the student would see a failed autograder. Here the submission is graded
 again with that cell replaced by one that raises a clear error, so the questions before and
@@ -26,6 +28,35 @@ import nbformat
 
 T = TypeVar("T")
 AUTOGRADER = "/autograder"
+# Where nothing says otherwise (Gradescope, otter grade), the longest a cell may run, as the
+# class command's --timeout default: a cell that runs longer costs only its question.
+CELL_SECONDS = 300
+
+
+@contextmanager
+def cell_time_limit(seconds: float) -> Iterator[None]:
+    """Interrupt any cell that runs longer than ``seconds`` (otter sets no limit on its
+    ExecutePreprocessor), so that only the question that hangs loses its points."""
+    import nbconvert.preprocessors as preprocessors
+
+    original = preprocessors.ExecutePreprocessor
+
+    class TimedPreprocessor(original):  # type: ignore[misc, valid-type]
+        def __init__(self, **kwargs: object) -> None:
+            super().__init__(**kwargs)
+            self.interrupt_on_timeout = True
+            self.timeout_func = self.limit
+
+        @staticmethod
+        def limit(cell: Any) -> int:
+            # Otter's own cells (its set-up, and the last one, which runs every test not yet
+            # run) and the check cells get more: every test in them has a limit of its own,
+            # and stopping them would cost every question, or a question's every test.
+            checks = "from otter" in cell.source or "grader.check(" in cell.source
+            return max(1, round(seconds)) * (5 if checks else 1)
+
+    with patch.object(preprocessors, "ExecutePreprocessor", TimedPreprocessor):
+        yield
 
 
 class KernelDied(Exception):
@@ -124,7 +155,8 @@ def main(autograder: str = AUTOGRADER) -> None:
         run_autograder(autograder)
 
     try:
-        _, note = grade_surviving(notebook, grade)
+        with cell_time_limit(CELL_SECONDS):
+            _, note = grade_surviving(notebook, grade)
     except KernelDied as died:
         with open(os.path.join(autograder, "results", "results.json"), "w",
                   encoding="utf-8") as file:
