@@ -80,6 +80,24 @@ function showOutput(output, reply) {
   output.dataset.status = reply.error ? "error" : "ok";
 }
 
+// A check runs the student's code, which may never return; the page has one Python, and
+// terminating its worker is the only way to stop it. So each step of a check gets a time
+// limit, as the tests do in Jupyter and in grading (scripts/course/time_limit.py): past it,
+// the check fails with a message naming what did not finish, and a fresh Python starts.
+const CHECK_LIMIT_SECONDS = 10;
+
+function withinCheckLimit(book, request, what) {
+  let timer;
+  const limit = new Promise((resolve, reject) => {
+    timer = setTimeout(() => {
+      reject(new Error(`${what} did not finish within ${CHECK_LIMIT_SECONDS} s, so the page ` +
+        "restarted Python: look for a loop in your answer that never ends, then check again."));
+      book.stop();
+    }, CHECK_LIMIT_SECONDS * 1000);
+  });
+  return Promise.race([request, limit]).finally(() => clearTimeout(timer));
+}
+
 class Cell {
   constructor(div, book) {
     this.div = div;
@@ -264,18 +282,21 @@ class Exercises {
     const python = this.book.python;
     let printed = "";
     try {
+      await python.call({ action: "load" });  // not timed: the first one downloads Python
       await python.call({ action: "reset-exercises" });
       for (const other of this.data.steps) {
         if (other.kind === "check" && other.id === step.id) {
-          const { summary } = await python.call({ action: "check", name: other.name,
-                                                  source: this.data.tests[other.name] });
+          const { summary } = await withinCheckLimit(this.book, python.call({
+            action: "check", name: other.name, source: this.data.tests[other.name] }),
+          `${other.name}: its tests`);
           feedback.textContent = printed + summary;
           feedback.dataset.status = summary.includes("All test cases passed") ? "pass" : "fail";
           return;
         }
         if (other.kind === "check") continue;
         const code = other.kind === "question" ? this.editors.get(other.id).value : other.source;
-        const reply = await python.call({ action: "exercise", code, cell: other.id });
+        const reply = await withinCheckLimit(this.book, python.call({
+          action: "exercise", code, cell: other.id }), `cell ${other.id}`);
         if (other.id === step.id) {
           printed = (reply.stdout || "") + (reply.stderr || "") + (reply.error || "");
           printed += printed && !printed.endsWith("\n") ? "\n" : "";

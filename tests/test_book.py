@@ -90,9 +90,11 @@ ENVIRONMENT = """\
 channels: [conda-forge]
 dependencies:
   - python=3.11.7
-  - numpy=2.4.6
+  - pip=24.0
   - pip:
+      - -r requirements.txt
       - -e .
+      - pytest==9.2.0
 """
 
 
@@ -219,21 +221,29 @@ def test_every_figure_has_a_label_and_a_caption(book: Path) -> None:
     ]
     assert check_figures(REPO_ROOT) == []
 
-def test_environment_yml_pins_agree_with_the_pip_pins(book: Path) -> None:
-    (book / "requirements.txt").write_text("numpy==2.4.6\npandas==3.1.1\n")
-    edit(book / "environment.yml", "numpy=2.4.6", "numpy=2.4.5\n  - pytest=9.1.0\n  - httpx")
-    edit(book / "environment.yml", "      - -e .", "      - requests")
+def test_binder_takes_from_conda_forge_only_what_pip_cannot_install(book: Path) -> None:
+    # One list of pins: a second copy from conda-forge could differ, or not exist there.
+    edit(book / "environment.yml", "pip=24.0", "pip=24.0\n  - numpy=2.4.6\n  - jupyterlab")
+    edit(book / "environment.yml", "      - -r requirements.txt", "      - pandas==3.1.1")
+    edit(book / "environment.yml", "pytest==9.2.0", "pytest==9.1.0\n      - numpy==2.4.6")
     assert check_environment(book) == [
-        "environment.yml: 'httpx' is not pinned to one version",
-        "environment.yml: pip requirement 'requests' is not pinned",
-        "environment.yml: the pip section must install the book's package with '-e .', "
-        "so that `import agentbook` works",
-        "environment.yml does not pin pandas (requirements.txt pins 3.1.1)",
-        "environment.yml pins numpy 2.4.5, but requirements.txt pins 2.4.6",
-        "environment.yml pins numpy 2.4.5, but requirements-dev.txt pins 2.4.6",
-        "environment.yml pins pytest 9.1.0, but requirements-dev.txt pins 9.2.0",
+        "environment.yml: 'numpy=2.4.6' comes from conda-forge; only python, pip, jupyterlab "
+        "may: install it with pip from requirements.txt",
+        "environment.yml: 'jupyterlab' is not pinned to one version",
+        "environment.yml: the pip section must hold '-r requirements.txt'",
+        "environment.yml: pip requirement 'pandas==3.1.1' must be pinned as "
+        "requirements-dev.txt pins it, which it does not",
+        "environment.yml: pip requirement 'pytest==9.1.0' must be pinned as "
+        "requirements-dev.txt pins it (pytest==9.2.0)",
+        "environment.yml: 'numpy==2.4.6' is in requirements.txt already",
     ]
+    edit(book / "environment.yml", "python=3.11.7", "python=3.11")
+    edit(book / "environment.yml", "      - -e .\n", "")
+    problems = check_environment(book)
+    assert "environment.yml: python must be pinned to a full version, e.g. 3.11.7" in problems
+    assert "environment.yml: the pip section must hold '-e .'" in problems
     assert check_environment(REPO_ROOT) == []
+
 
 def test_binder_and_colab_badges_follow_the_repository_in_quarto_yml(book: Path) -> None:
     edit(book / "README.md", "v2/gh/example/tiny/main", "v2/gh/someone/else/main")

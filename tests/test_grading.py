@@ -55,6 +55,11 @@ PUBLIC_TESTS = REPO_ROOT / "exercises" / "tests"
 FIXTURES = REPO_ROOT / FIXTURES_DIR
 # Every assignment, one per chapter with exercises: anatomy-exercises.ipynb is "anatomy".
 ASSIGNMENTS = ("anatomy", "durable")
+# Submissions that break grading itself: a function that never returns when a test calls it,
+# and a cell that kills the kernel. Graded by the class command and on Gradescope's layout.
+LOOPING, DYING = "wrong-q5a-never-returns", "wrong-q4c-exits-the-kernel"
+# Fixtures graded only on Gradescope's layout (below), each graded once in the whole suite.
+ON_GRADESCOPE_ONLY = {LOOPING, DYING, "wrong-q1b-no-turn-budget"}
 # The student files, Chapter 1's autograder zip, and every assignment's zip by name.
 Built = tuple[dict[str, str], Path, dict[str, Path]]
 
@@ -133,6 +138,21 @@ def test_a_wrong_answer_whose_text_is_gone_is_reported(tmp_path: Path) -> None:
         with_wrong_answer(notebook, missing)
 
 
+def test_a_wrong_answer_to_no_existing_assignment_or_question_is_an_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    shutil.copytree(REPO_ROOT / "exercises" / "source", tmp_path / "exercises" / "source")
+    wrong = tmp_path / "exercises" / "source" / "wrong-answers.yml"
+    entries = yaml.safe_load(wrong.read_text())
+    for question, expected in (
+            ("anatomyy_q1b", "is for anatomyy_q1b, but no assignment anatomyy; there are: "
+                             "anatomy, durable"),
+            ("anatomy_q9z", "is for anatomy_q9z, but assignment anatomy has no question "
+                            "anatomy_q9z")):
+        wrong.write_text(yaml.safe_dump([*entries, {**entries[0], "question": question}]))
+        assert grading_main(["--root", str(tmp_path), "fixtures", "--check"]) == 2
+        assert expected in capsys.readouterr().err
+
+
 def test_solution_markers_are_removed_from_a_correct_answer() -> None:
     source = ('# BEGIN SOLUTION NO PROMPT\nx = 1\n# END SOLUTION\n""" # BEGIN PROMPT\nx = ...\n'
               '"""  # END PROMPT\ny = x + 1  # SOLUTION\n')
@@ -143,18 +163,9 @@ def test_solution_markers_are_removed_from_a_correct_answer() -> None:
 # The grading table
 
 
-def test_the_second_assignments_correct_submission_scores_full_marks(built: Built) -> None:
-    # Chapter 1's correct submission is graded through the class command, with a class of
-    # broken ones, below.
-    scores = grade("correct", built, "durable")
-    assert {question: score.points for question, score in scores.items()} == (
-        autograded_points("durable"))
-    assert all(score.public_passed for score in scores.values())
-
-
-@pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_the_unanswered_notebook_scores_nothing_and_says_so(
-        built: Built, assignment: str) -> None:
+def test_the_unanswered_notebook_scores_nothing_and_says_so(built: Built) -> None:
+    # Chapter 1's is graded on Gradescope's layout, below.
+    assignment = "durable"
     unanswered = grade("unanswered", built, assignment)
     assert {question: score.points for question, score in unanswered.items()} == dict.fromkeys(
         autograded_points(assignment), 0.0)
@@ -166,7 +177,9 @@ def test_the_unanswered_notebook_scores_nothing_and_says_so(
             question, score.public_messages)
 
 
-@pytest.mark.parametrize("wrong", WRONG_ANSWERS, ids=wrong_answer_name)
+@pytest.mark.parametrize("wrong", [wrong for wrong in WRONG_ANSWERS
+                                   if wrong_answer_name(wrong) not in ON_GRADESCOPE_ONLY],
+                         ids=wrong_answer_name)
 def test_a_wrong_answer_loses_points_on_its_own_question_and_no_other(
         built: Built, wrong: Any) -> None:
     assignment = assignment_of(wrong.question)
@@ -408,22 +421,26 @@ def test_a_class_with_a_hang_a_typo_a_corrupt_file_and_a_dead_kernel_is_graded(
            + solution_code(code_cell(SOURCE, "q7b-code")))
     folder = tmp_path / "class"
     folder.mkdir()
-    shutil.copy(FIXTURES / "correct.ipynb", folder)
+    for fixture in ("correct", LOOPING):
+        shutil.copy(FIXTURES / f"{fixture}.ipynb", folder)
     (folder / "loops.ipynb").write_text(small_submission(
         q7b, 'grader.check("anatomy_q7b")', "while True:\n    pass",
         'grader.check("anatomy_q5a")', "x = (", 'grader.check("anatomy_q4c")'))
-    (folder / "dies.ipynb").write_text(small_submission("import os\nos._exit(1)"))
+    # Killed in one cell, after an answer that keeps its points (killed twice: further below).
+    (folder / "dies.ipynb").write_text(small_submission(
+        q7b, 'grader.check("anatomy_q7b")', "import os\nos._exit(1)"))
     (folder / "page.ipynb").write_text("<!DOCTYPE html><html><body>Not found</body></html>")
     written = tmp_path / "written.csv"
     written.write_text("student,written\ncorrect,12.5\n")
     status = grading_main(["class", str(folder), "-o", str(tmp_path / "out"), "--timeout",
-                           "3", "--autograder", str(built[1]), "--workers", "2",
+                           "3", "--test-timeout", "1", "--autograder", str(built[1]),
+                           "--workers", "2",
                            "--engine", "process", "--written", str(written),
                            "--assignment", "anatomy-exercises"])
     assert status == 1  # the summary names the files with problems
     rows = {row["student"]: row for row in csv.DictReader(
         (tmp_path / "out/grades.csv").open(encoding="utf-8"))}
-    assert list(rows) == ["points possible", "correct", "dies", "loops", "page"]
+    assert list(rows) == ["points possible", "correct", "dies", "loops", "page", LOOPING]
     maximum = autograded_points()
     assert all(points > 0 for points in maximum.values())
     scores = {question: f"{points:.2f}" for question, points in maximum.items()}
@@ -435,9 +452,23 @@ def test_a_class_with_a_hang_a_typo_a_corrupt_file_and_a_dead_kernel_is_graded(
     assert (rows["loops"]["anatomy_q7b"], rows["loops"]["anatomy_q5a"]) == ("2.00", "0.00")
     assert rows["loops"]["status"].startswith("anatomy_q5a: cell")
     assert "time limit" in rows["loops"]["status"]
-    assert rows["dies"]["status"] == "not graded: DeadKernelError: Kernel died"
+    # The cell that killed the kernel is named, and the answer before it keeps its points.
+    assert re.match(r"cell \w+: the kernel died there; graded again with that cell raising "
+                    "an error", rows["dies"]["status"]), rows["dies"]["status"]
+    assert rows["dies"]["anatomy_q7b"] == "2.00"
+    # The function that never returns costs its own question only, and says where it hung.
+    earned = {q: float(rows[LOOPING][q]) for q in maximum}
+    assert earned["anatomy_q5a"] < maximum["anatomy_q5a"]
+    assert {q: p for q, p in earned.items() if q != "anatomy_q5a"} == {
+        q: p for q, p in maximum.items() if q != "anatomy_q5a"}
+    assert rows[LOOPING]["status"] == (
+        "anatomy_q5a: calling receipt_liar() did not finish within 1 s "
+        "(test test_q5a_every_call_returns_a_fresh_model); anatomy_q5a: calling receipt_liar() "
+        "did not finish within 1 s (test test_q5a_fresh_copies)")
+    looping_feedback = (tmp_path / "out/feedback" / f"{LOOPING}.txt").read_text()
+    assert "receipt_liar() did not finish within 1 s" in looping_feedback
     assert rows["page"]["status"].startswith("unreadable: NotJSONError")
-    assert rows["page"]["total"] == rows["dies"]["total"] == "0.00"
+    assert rows["page"]["total"] == "0.00"
     # A cell that raised is named, not the symptom a later test saw.
     assert "anatomy_q4c: cell" in rows["loops"]["status"]
     assert "raised SyntaxError" in rows["loops"]["status"]
@@ -446,6 +477,34 @@ def test_a_class_with_a_hang_a_typo_a_corrupt_file_and_a_dead_kernel_is_graded(
     assert "raised SyntaxError" in q4c and "test" in q4c and "NoneType" not in q4c
     assert "anatomy_q3b: 3.00 of 3.00" in (tmp_path / "out/feedback/correct.txt").read_text()
     assert "Model answer" in (tmp_path / "out/written-answers.html").read_text()
+
+
+def test_a_kernel_that_dies_again_gives_a_row_of_zeros_and_says_where(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # No kernel: otter's executor is made to die at every cell that calls os._exit, as a
+    # real kernel does (the class above shows one real death, graded again).
+    import nbconvert.preprocessors as preprocessors
+    import otter.api
+    from nbclient.exceptions import DeadKernelError
+
+    def die(self: Any, cell: Any, resources: Any, index: int) -> Any:
+        raise DeadKernelError("Kernel died")
+
+    def grade_submission(path: str, autograder: str, quiet: bool) -> Any:
+        executor = preprocessors.ExecutePreprocessor()  # as patched while grading
+        for index, cell in enumerate(nbformat.read(path, as_version=4).cells):
+            if cell.source.startswith(("import os", "os._exit")):
+                executor.preprocess_cell(cell, {}, index)
+        raise AssertionError("every submission here dies")
+
+    monkeypatch.setattr(preprocessors.ExecutePreprocessor, "preprocess_cell", die)
+    monkeypatch.setattr(otter.api, "grade_submission", grade_submission)
+    path = tmp_path / "dies-twice.ipynb"
+    path.write_text(small_submission("x = 1", "import os\nos._exit(1)", "os._exit(1)"))
+    ids = [cell.id for cell in nbformat.read(path, as_version=4).cells]
+    graded = grade_one(path, tmp_path / "autograder.zip")
+    assert (graded.scores, graded.status) == ({}, (
+        f"not graded: the kernel died in cell {ids[1]}, and again in cell {ids[2]}"))
 
 
 def test_two_files_for_one_student_are_refused_before_grading(
@@ -467,3 +526,189 @@ def test_every_hidden_test_says_what_it_checks() -> None:
     hidden = [config for config in configs if config.get("hidden")]
     assert len(hidden) == 20
     assert all(config["failure_message"].startswith("Hidden test: checks") for config in hidden)
+
+
+# ---------------------------------------------------------------------------------------------
+# Gradescope: the autograder zip run as Gradescope runs it
+
+
+def run_on_gradescope(archive: Path, submission: Path, folder: Path) -> dict[str, Any]:
+    """Gradescope's layout in ``folder`` (source/ the zip unpacked, submission/, results/),
+    graded by the zip's own run_otter.py, as Gradescope's run_autograder calls it."""
+    import runpy
+
+    for part in ("source", "submission", "results"):
+        (folder / part).mkdir(parents=True)
+    with zipfile.ZipFile(archive) as unpacked:
+        unpacked.extractall(folder / "source")
+    shutil.copy(submission, folder / "submission" / submission.name)
+    runner = runpy.run_path(str(folder / "source" / "run_otter.py"))
+    runner["main"](str(folder))
+    results: dict[str, Any] = json.loads((folder / "results" / "results.json").read_text())
+    return results
+
+
+# One run each, spread over the test workers: every fixture here is graded nowhere else.
+GRADESCOPE_CASES = [("durable", "correct"), ("anatomy", "unanswered"),
+                    ("anatomy", "wrong-q1b-no-turn-budget"), ("anatomy", LOOPING),
+                    ("anatomy", DYING)]
+
+
+@pytest.mark.parametrize(("assignment", "name"), GRADESCOPE_CASES)
+def test_gradescope_scores_each_question_and_hides_hidden_tests_until_published(
+        built: Built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        assignment: str, name: str) -> None:
+    import time
+
+    from scripts.course.time_limit import ENVIRONMENT_VARIABLE
+
+    # The kernel inherits the tests' limit; otter prepends to PATH, which is restored after.
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, "1")
+    monkeypatch.setenv("MPLBACKEND", "agg")
+    monkeypatch.setenv("PATH", os.environ["PATH"])
+    started = time.monotonic()
+    results = run_on_gradescope(built[2][assignment],
+                                REPO_ROOT / fixtures_folder(assignment) / f"{name}.ipynb",
+                                tmp_path / "autograder")
+    elapsed = time.monotonic() - started
+    maximum = autograded_points(assignment)
+    questions = {test["name"]: test for test in results["tests"] if test["name"] in maximum}
+    assert {q: test["max_score"] for q, test in questions.items()} == maximum
+    # Each question's entry holds its hidden tests' results: students see it once published.
+    assert {test["visibility"] for test in questions.values()} == {"after_published"}
+    [public] = [test for test in results["tests"] if test["name"] == "Public Tests"]
+    assert public["visibility"] == "visible"
+    earned = {q: test["score"] for q, test in questions.items()}
+    lost = {"correct": None, "unanswered": None, "wrong-q1b-no-turn-budget": "anatomy_q1b",
+            LOOPING: "anatomy_q5a", DYING: "anatomy_q4c"}[name]
+    if name == "unanswered":
+        assert earned == dict.fromkeys(maximum, 0.0)
+        assert "not answered yet" in public["output"]
+        return
+    assert {q: p for q, p in earned.items() if q != lost} == {
+        q: p for q, p in maximum.items() if q != lost}
+    if lost is not None:
+        assert earned[lost] < maximum[lost]
+    if name == LOOPING:
+        assert ("anatomy_q5a: calling receipt_liar() did not finish within 1 s"
+                in questions["anatomy_q5a"]["output"])
+        # Two tests call the function and are stopped at 1 s each; the rest is one kernel's
+        # run of the notebook, a few seconds even on a busy machine.
+        assert elapsed < 60, elapsed
+    if name == DYING:
+        [note] = [test for test in results["tests"] if test["name"] == "Autograder"]
+        assert note["visibility"] == "visible"
+        assert note["output"].startswith("cell q4c-code: the kernel died there")
+
+
+def test_the_autograder_zip_pins_what_the_repository_pins(built: Built) -> None:
+    from scripts.checks.book_checks import release_commit
+
+    pins = {requirement_name(line): line.strip() for name in ("requirements.txt",
+                                                              "requirements-dev.txt")
+            for line in (REPO_ROOT / name).read_text().splitlines()
+            if "==" in line and not line.startswith("#")}
+    for assignment, archive in built[2].items():
+        with zipfile.ZipFile(archive) as unpacked:
+            environment = yaml.safe_load(unpacked.read("environment.yml"))
+        [pip] = [entry["pip"] for entry in environment["dependencies"] if isinstance(entry, dict)]
+        versions = {requirement_name(entry): entry for entry in pip}
+        assert versions["matplotlib"] == pins["matplotlib"], assignment
+        assert versions["otter-grader"].split("==")[1] == pins["otter-grader"].split("==")[1]
+        assert versions["agentbook"].endswith(f"@{release_commit(REPO_ROOT)}"), assignment
+
+
+# ---------------------------------------------------------------------------------------------
+# The time limit inside the tests, as a student's grader.check meets it
+
+
+def test_a_students_check_stops_a_function_that_never_returns(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # In this process, as in a student's kernel: no kernel started, the committed tests.
+    import otter
+
+    from scripts.course.time_limit import ENVIRONMENT_VARIABLE
+
+    shutil.copytree(PUBLIC_TESTS, tmp_path / "tests")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, "0.2")
+    environment: dict[str, Any] = {}
+    exec(code_cell(STUDENT, "imports"), environment)
+    exec(code_cell(FIXTURES / f"{LOOPING}.ipynb", "q5a-code"), environment)
+    result = otter.Notebook().check("anatomy_q5a", environment)
+    [answered, fresh] = result.test_case_results
+    assert answered.passed and not fresh.passed
+    # otter still quotes the test's own line, and the message names question, call, limit.
+    assert "Error at line" in fresh.message and "first = receipt_liar()" in fresh.message
+    assert fresh.message.endswith(
+        "TimeoutError: anatomy_q5a: calling receipt_liar() did not finish within 0.2 s "
+        "(test test_q5a_every_call_returns_a_fresh_model)")
+    # A student's own `except Exception:` or bare `except:` cannot hold the test up.
+    for catch in ("Exception", "BaseException"):
+        exec(f"def receipt_liar():\n    while True:\n        try:\n            pass\n"
+             f"        except {catch}:\n            pass\n", environment)
+        [_, fresh] = otter.Notebook().check("anatomy_q5a", environment).test_case_results
+        assert "did not finish within 0.2 s" in fresh.message, catch
+
+
+def test_a_test_file_gets_the_time_limit_once() -> None:
+    from scripts.course.time_limit import OTTER_IMPORT, with_time_limit
+
+    written = OTTER_IMPORT + "\nOK_FORMAT = False\n\nname = 'q1'\n"
+    limited = with_time_limit(written)
+    assert limited.count("_limit_every_test(10, ") == 1
+    assert limited.endswith(written[len(OTTER_IMPORT):])
+    assert with_time_limit(limited) == limited
+    with pytest.raises(ValueError, match="not a test file that otter assign wrote"):
+        with_time_limit("name = 'q1'\n")
+    # Every committed test file has it, so a new assignment's get it from the build alone.
+    assert all("\n_limit_every_test(10, " in path.read_text() for path in PUBLIC_TESTS.glob("*.py"))
+
+
+def test_the_cell_a_kernel_died_in_is_found_by_id_or_else_by_source() -> None:
+    from scripts.course.run_otter import cell_name, without_cell
+
+    cells = [nbformat.v4.new_code_cell("x = 1", id="keep"),
+             nbformat.v4.new_code_cell("import os\nos._exit(1)", id="exits")]
+    notebook = nbformat.v4.new_notebook(cells=cells)
+    replaced = without_cell(notebook, nbformat.from_dict(cells[1]))
+    assert replaced is not None and replaced.cells[0].source == "x = 1"
+    assert replaced.cells[1].source.startswith(
+        "raise RuntimeError('the kernel died while running cell exits, so grading skipped it")
+    assert notebook.cells[1].source.startswith("import os")  # the submission is left alone
+    # otter's copy may carry ids the submission lacks: then the source identifies the cell.
+    made_up = nbformat.v4.new_code_cell("import os\nos._exit(1)", id="random")
+    replaced = without_cell(notebook, made_up)
+    assert replaced is not None and replaced.cells[1].source.startswith("raise RuntimeError")
+    # Two cells with one id (a hand-edited file): the one that ran is the one replaced.
+    notebook.cells[0].id = "exits"
+    replaced = without_cell(notebook, nbformat.from_dict(cells[1]))
+    assert replaced is not None and replaced.cells[0].source == "x = 1"
+    assert replaced.cells[1].source.startswith("raise RuntimeError")
+    # The cell otter adds to run the tests is not the student's: no second grading.
+    otter_cell = nbformat.v4.new_code_cell("from otter.execute import Checker\n...")
+    assert without_cell(notebook, otter_cell) is None
+    assert cell_name(otter_cell) == "otter's own cell, which runs the tests"
+
+
+def test_gradescope_runs_every_cell_within_a_time_limit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Otter sets no limit on a cell; the zip's runner does, as the class command does.
+    import otter.run.run_autograder as entry
+
+    from scripts.course import run_otter
+
+    limits: list[int] = []
+
+    def run_autograder(folder: str) -> None:
+        import nbconvert.preprocessors as preprocessors
+
+        executor = preprocessors.ExecutePreprocessor()  # as otter makes it, while grading
+        limits.extend(executor.timeout_func(nbformat.v4.new_code_cell(source))
+                      for source in ("while True:\n    pass", 'grader.check("anatomy_q1b")'))
+
+    monkeypatch.setattr(entry, "main", run_autograder)
+    (tmp_path / "submission").mkdir()
+    (tmp_path / "submission" / "hw.ipynb").write_text(small_submission("x = 1"))
+    run_otter.main(str(tmp_path))
+    assert limits == [run_otter.CELL_SECONDS, 5 * run_otter.CELL_SECONDS]

@@ -2,12 +2,14 @@
 
     python -m scripts.checks.bench chapter|tests|commands|import|loop|live [--runs N]
     python -m scripts.checks.bench grading [--count 200] [--workers N] [--csv FILE]
+                                            [--timeout 60] [--test-timeout 10]
 
 Targets (2 cores): set-up under 40 s and the suite under 30 s (commands: fresh clones, empty
 caches); a chapter under 10 s; `import agentbook` within 60 ms of `python -c pass`; run_agent
 within 1.2 times a bare loop; in the page (live, render first), the first output within 5 s,
-"Run all" within 15 s and at most 15 MB downloaded. grading reports submissions a minute for
-a class copied from the fixture submissions, graded as `grading class` grades without Docker.
+"Run all" within 15 s and at most 15 MB downloaded. grading reports submissions a minute and
+the slowest submission for a class copied from the fixture submissions, 5% of them one whose
+function never returns, graded as `grading class` grades without Docker.
 Shared machines are noisy: it reports the median and spread, and for commands the processor
 time too, which load inflates less.
 """
@@ -294,35 +296,60 @@ def bench_live(book: Path, runs: int) -> None:
     report("  of which Python: Pyodide, wheel, runtime", [s[3] for s in samples], "MB", 1e-6)
 
 
-def bench_grading(count: int, workers: int, grades: Path | None) -> None:
-    """Grade a class of `count` submissions, the first chapter's fixtures copied in turn, with
-    `grading class` in a process pool; the autograder's build is timed apart."""
+LOOPING_FIXTURE = "wrong-q5a-never-returns"  # a function that never returns when tested
+
+
+def bench_grading(count: int, workers: int, grades: Path | None, timeout: float,
+                  test_timeout: float) -> None:
+    """Grade a class of `count` submissions, the first chapter's fixtures copied in turn and
+    5% of them the one whose function never returns, as `grading class` grades without Docker
+    (a process pool); report submissions per minute and the slowest submission. The
+    autograder's build is timed apart."""
+    import nbformat
+
     from scripts.course import grading
 
-    fixtures = sorted((ROOT / grading.FIXTURES_DIR).glob("*.ipynb"))
+    fixtures = sorted(path for path in (ROOT / grading.FIXTURES_DIR).glob("*.ipynb")
+                      if path.stem != LOOPING_FIXTURE)
     if not fixtures:
         raise SystemExit(f"no fixture submissions in {grading.FIXTURES_DIR}/")
+    looping = max(1, round(count * 0.05))
+    chosen = [*itertools.islice(itertools.cycle(fixtures), count - looping),
+              *[ROOT / grading.FIXTURES_DIR / f"{LOOPING_FIXTURE}.ipynb"] * looping]
     with tempfile.TemporaryDirectory(prefix="agentbook-bench-grading-") as scratch:
-        folder, output = Path(scratch, "class"), Path(scratch, "grading")
+        folder = Path(scratch, "class")
         folder.mkdir()
-        for number, fixture in zip(range(count), itertools.cycle(fixtures)):
-            shutil.copy(fixture, folder / f"student{number + 1:03d}-{fixture.stem}.ipynb")
-        kinds = Counter(path.stem.split("-")[1] for path in folder.glob("*.ipynb"))
-        mix = ", ".join(f"{number} {kind}" for kind, number in sorted(kinds.items()))
-        print(f"class: {count} submissions ({mix}); {workers} workers on {os.cpu_count()} cores")
+        for number, fixture in enumerate(chosen, 1):
+            shutil.copy(fixture, folder / f"student{number:03d}-{fixture.stem}.ipynb")
+        kinds = Counter(path.stem.split("-", 1)[1] for path in folder.glob("*.ipynb"))
+        print(f"class: {count} submissions, {looping} of them {LOOPING_FIXTURE}, "
+              f"{len(kinds)} kinds; {workers} workers on {os.cpu_count()} cores; each cell "
+              f"within {timeout:g} s, each test within {test_timeout:g} s")
         started = time.perf_counter()
         autograder = grading.build_autograder(ROOT, Path(scratch, "autograder"),
                                               "anatomy-exercises")
         print(f"otter assign (autograder zip): {time.perf_counter() - started:.1f} s")
+        submissions = sorted(folder.glob("*.ipynb"))
         started = time.perf_counter()
-        grading.main(["class", str(folder), "-o", str(output), "--assignment",
-                      "anatomy-exercises", "--autograder", str(autograder), "--engine",
-                      "process", "--workers", str(workers)])
+        graded = grading.grade_in_pool(submissions, autograder, workers, timeout, test_timeout)
         elapsed = time.perf_counter() - started
-        if grades:
-            shutil.copy(output / "grades.csv", grades)
+        print(file=sys.stderr)
+    if grades:
+        source = nbformat.read(grading.choose_assignment(ROOT, "anatomy-exercises"), 4)
+        grading.write_scores(grades, graded, {name: points for name, (points, manual)
+                                              in grading.question_points(source).items()
+                                              if not manual})
     print(f"graded {count} submissions in {elapsed:.1f} s: {count / elapsed * 60:.1f} "
           f"submissions per minute, {elapsed / count:.2f} s each")
+    by_kind: dict[bool, list[float]] = {}
+    for name, row in graded.items():
+        by_kind.setdefault(LOOPING_FIXTURE in name, []).append(row.seconds)
+    for loops, seconds in sorted(by_kind.items()):
+        label = LOOPING_FIXTURE if loops else "the others"
+        print(f"{label}: median {statistics.median(seconds):.1f} s, slowest {max(seconds):.1f} s")
+    slowest = max(graded, key=lambda name: graded[name].seconds)
+    print(f"slowest submission: {slowest}, {graded[slowest].seconds:.1f} s "
+          f"({graded[slowest].status})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -339,6 +366,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=200, help="for grading: class size")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--csv", type=Path, help="for grading: also keep the grades here")
+    parser.add_argument("--timeout", type=float, default=60,
+                        help="for grading: each cell's limit, as `grading class --timeout`")
+    parser.add_argument("--test-timeout", type=float, default=10,
+                        help="for grading: each test's limit, as `grading class --test-timeout`")
     args = parser.parse_args(argv)
     default_runs = {"commands": 3, "import": 21, "loop": 51}.get(args.what, 5)
     runs = args.runs if args.runs is not None else default_runs
@@ -351,7 +382,8 @@ def main(argv: list[str] | None = None) -> int:
         "import": lambda: bench_import(sys.executable, runs),
         "loop": lambda: bench_loop(runs),
         "live": lambda: bench_live(args.book, runs),
-        "grading": lambda: bench_grading(args.count, args.workers, args.csv),
+        "grading": lambda: bench_grading(args.count, args.workers, args.csv, args.timeout,
+                                         args.test_timeout),
     }
     benches[args.what]()
     return 0

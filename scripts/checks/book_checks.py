@@ -338,8 +338,16 @@ def pip_pins(path: Path) -> dict[str, str]:
     return pins
 
 
+# What Binder takes from conda-forge: the interpreter, its installer and the notebook server.
+# Everything else comes from requirements.txt through pip, so that there is one list of pins.
+CONDA_ONLY = ("python", "pip", "jupyterlab")
+BINDER_PIP = ("-r requirements.txt", "-e .")
+
+
 def check_environment(root: Path) -> list[str]:
-    """environment.yml (Binder) pins every pip requirement's version and installs agentbook."""
+    """environment.yml (Binder) takes only Python, pip and JupyterLab from conda-forge, pinned,
+    and installs everything else with pip from requirements.txt, plus the book's package;
+    any further pip line must be pinned exactly as requirements-dev.txt pins it."""
     path = root / "environment.yml"
     if not path.is_file():
         return ["environment.yml is missing"]
@@ -353,28 +361,35 @@ def check_environment(root: Path) -> list[str]:
            for line in entry.get("pip") or []]
     pinned: dict[str, str] = {}
     for line in conda:
-        if match := CONDA_PIN.match(line):
-            pinned[normalize(match[1])] = match[2]
+        match = CONDA_PIN.match(line)
+        name = normalize(match[1]) if match else line
+        if name not in CONDA_ONLY:
+            problems.append(f"environment.yml: {line!r} comes from conda-forge; only "
+                            f"{', '.join(CONDA_ONLY)} may: install it with pip from "
+                            "requirements.txt")
+        elif match:
+            pinned[name] = match[2]
         else:
             problems.append(f"environment.yml: {line!r} is not pinned to one version")
-    for line in pip:
-        if match := PIP_PIN.match(line):
-            pinned[normalize(match[1])] = match[2]
-        elif line not in ("-e .", "."):
-            problems.append(f"environment.yml: pip requirement {line!r} is not pinned")
-    if not {"-e .", "."} & set(pip):
-        problems.append("environment.yml: the pip section must install the book's package "
-                        "with '-e .', so that `import agentbook` works")
     if not re.fullmatch(r"3\.\d+\.\d+", pinned.get("python", "")):
         problems.append("environment.yml: python must be pinned to a full version, e.g. 3.11.7")
-    requirements = {name: pip_pins(root / name) for name in
-                    ("requirements.txt", "requirements-dev.txt") if (root / name).is_file()}
-    problems += [f"environment.yml does not pin {package} (requirements.txt pins {version})"
-                 for package, version in requirements.get("requirements.txt", {}).items()
-                 if package not in pinned]
-    problems += [f"environment.yml pins {package} {pinned[package]}, but {name} pins {version}"
-                 for name, pins in requirements.items() for package, version in pins.items()
-                 if package in pinned and pinned[package] != version]
+    problems += [f"environment.yml: the pip section must hold '{line}'" for line in BINDER_PIP
+                 if line not in pip]
+    runtime = pip_pins(root / "requirements.txt") if (root / "requirements.txt").is_file() else {}
+    development = (pip_pins(root / "requirements-dev.txt")
+                   if (root / "requirements-dev.txt").is_file() else {})
+    for line in pip:
+        if line in BINDER_PIP:
+            continue
+        match = PIP_PIN.match(line)
+        name = normalize(match[1]) if match else line
+        if name in runtime:
+            problems.append(f"environment.yml: {line!r} is in requirements.txt already")
+        elif not match or development.get(name) != match[2]:
+            wanted = development.get(name)
+            problems.append(f"environment.yml: pip requirement {line!r} must be pinned as "
+                            "requirements-dev.txt pins it"
+                            + (f" ({name}=={wanted})" if wanted else ", which it does not"))
     return problems
 
 

@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
 import nbformat
@@ -29,6 +30,7 @@ from scripts.build.generated import diff as diff  # the student files' diff and 
 from scripts.build.generated import read_files, sync
 from scripts.build.generated import write as write
 from scripts.build.regenerate import KERNELSPEC
+from scripts.course.time_limit import with_time_limit
 
 ROOT = Path(__file__).resolve().parents[2]
 EXERCISES_DIR = "exercises"
@@ -64,6 +66,31 @@ def run_otter_assign(source: Path, output: Path, check_solutions: bool = True) -
             f"otter assign failed for {source.name}; every solution must pass its own tests.\n"
             f"{report}"
         )
+
+
+def harden(dist: Path) -> None:
+    """What ``otter assign`` wrote into ``dist``, made to survive students' bugs on every path:
+    every test file, the student's and the autograder's, runs each test within a time limit
+    (scripts/course/time_limit.py), and the autograder zip runs scripts/course/run_otter.py,
+    which survives a dying kernel, and shows hidden tests once grades are published unless
+    the assignment config says otherwise."""
+    for path in [*(dist / "student").glob("tests/*.py"), *(dist / "autograder").glob("tests/*.py")]:
+        path.write_text(with_time_limit(path.read_text(encoding="utf-8")), encoding="utf-8")
+    runner = (Path(__file__).parent / "run_otter.py").read_text(encoding="utf-8")
+    for archive in (dist / "autograder").glob("*.zip"):
+        with zipfile.ZipFile(archive) as old:
+            entries = [(info, old.read(info)) for info in old.infolist()]
+        with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as new:
+            for info, data in entries:
+                if info.filename.startswith("tests/") and info.filename.endswith(".py"):
+                    data = with_time_limit(data.decode("utf-8")).encode("utf-8")
+                elif info.filename == "run_otter.py":
+                    data = runner.encode("utf-8")
+                elif info.filename == "otter_config.json":
+                    config = json.loads(data)
+                    config.setdefault("show_hidden", True)
+                    data = json.dumps(config, indent=2).encode("utf-8")
+                new.writestr(info, data)
 
 
 def stable_ids(notebook: nbformat.NotebookNode, source_ids: set[str]) -> None:
@@ -127,6 +154,7 @@ def build(root: Path, autograder: Path | None = None,
         for source in source_notebooks(root):
             output = Path(scratch, source.stem)
             run_otter_assign(source, output, check_solutions)
+            harden(output / "dist")
             source_ids = {cell.get("id") for cell in nbformat.read(source, as_version=4).cells}
             student = output / "dist" / "student"
             for path in sorted(p for p in student.rglob("*") if p.is_file()):

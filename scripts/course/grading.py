@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import html
 import multiprocessing
 import os
@@ -24,12 +25,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from unittest.mock import patch
 
 import nbformat
@@ -37,6 +39,9 @@ import yaml
 
 from scripts.build.generated import read_files, sync
 from scripts.course.exercises import ExercisesError, build, normalize, source_notebooks
+from scripts.course.run_otter import KernelDied, cell_time_limit, grade_surviving
+from scripts.course.time_limit import DEFAULT_SECONDS
+from scripts.course.time_limit import ENVIRONMENT_VARIABLE as TEST_LIMIT_VARIABLE
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES_DIR = "tests/fixtures/submissions"
@@ -158,9 +163,27 @@ def fixtures_folder(assignment: str) -> str:
     return FIXTURES_DIR if assignment == "anatomy" else f"{FIXTURES_DIR}/{assignment}"
 
 
+def check_wrong_answers(wrong_answers: Iterable[WrongAnswer], sources: list[Path]) -> None:
+    """Refuse a wrong answer to a question no assignment asks: a typo in its name would
+    otherwise make no fixture, silently."""
+    questions = {name for path in sources
+                 for name in question_points(nbformat.read(path, as_version=4))}
+    assignments = {path.stem.removesuffix("-exercises") for path in sources}
+    for wrong in wrong_answers:
+        if wrong.question not in questions:
+            assignment = wrong.question.split("_")[0]
+            known = (f"assignment {assignment} has no question {wrong.question}"
+                     if assignment in assignments else
+                     f"no assignment {assignment}; there are: {', '.join(sorted(assignments))}")
+            raise GradingError(f"{WRONG_ANSWERS_FILE}: the wrong answer {wrong.slug!r} is "
+                               f"for {wrong.question}, but {known}")
+
+
 def fixture_files(root: Path) -> dict[str, str]:
     """Every fixture submission of every assignment: path relative to ``root`` -> text."""
     files: dict[str, str] = {}
+    wrong_answers = read_wrong_answers(root / WRONG_ANSWERS_FILE)
+    check_wrong_answers(wrong_answers, source_notebooks(root))
     for source_path in source_notebooks(root):
         assignment = source_path.stem.removesuffix("-exercises")  # anatomy-exercises: anatomy
         student = nbformat.read(root / "exercises" / source_path.name, as_version=4)
@@ -168,7 +191,7 @@ def fixture_files(root: Path) -> dict[str, str]:
         source_ids = {cell.id for cell in source.cells}
         correct = correct_submission(student, source)
         notebooks = {"correct": correct, "unanswered": student}
-        for wrong in read_wrong_answers(root / WRONG_ANSWERS_FILE):
+        for wrong in wrong_answers:
             if wrong.question.startswith(f"{assignment}_"):
                 notebooks[wrong_answer_name(wrong)] = with_wrong_answer(correct, wrong)
         folder = fixtures_folder(assignment)
@@ -197,30 +220,7 @@ class Graded:
     scores: dict[str, Score]
     status: str = "ok"
     cell_errors: dict[str, str] = field(default_factory=dict)  # question -> the error
-
-
-@contextmanager
-def cell_time_limit(seconds: float) -> Iterator[None]:
-    """Interrupt any cell that runs longer than ``seconds`` (otter sets no limit on its
-    ExecutePreprocessor), so that only the question that hangs loses its points."""
-    import nbconvert.preprocessors as preprocessors
-
-    original = preprocessors.ExecutePreprocessor
-
-    class TimedPreprocessor(original):  # type: ignore[misc, valid-type]
-        def __init__(self, **kwargs: object) -> None:
-            super().__init__(**kwargs)
-            self.interrupt_on_timeout = True
-            self.timeout_func = self.limit
-
-        @staticmethod
-        def limit(cell: nbformat.NotebookNode) -> int:
-            # Otter's own cells (its set-up, and the last one, which runs every test not yet
-            # run) get more: stopping them would cost every question, not one.
-            return max(1, round(seconds)) * (5 if "from otter" in cell.source else 1)
-
-    with patch.object(preprocessors, "ExecutePreprocessor", TimedPreprocessor):
-        yield
+    seconds: float = 0.0  # how long grading it took, on the clock, re-grading included
 
 
 CHECK_CALL = re.compile(r"""grader\.check\(["'](\w+)["']""")
@@ -249,20 +249,42 @@ def cell_errors(notebook: nbformat.NotebookNode) -> dict[str, str]:
     return errors
 
 
-def grade_one(submission: Path, autograder: Path, timeout: float = 300) -> Graded:
-    """One submission graded by ``otter run``'s API, each cell within ``timeout`` seconds;
-    an unreadable file or a dead kernel is reported in the status and scores nothing."""
+def grade_one(submission: Path, autograder: Path, timeout: float = 300,
+              test_timeout: float = DEFAULT_SECONDS) -> Graded:
+    """One submission graded by ``otter run``'s API, each cell within ``timeout`` seconds and
+    each test within ``test_timeout``; an unreadable file or a kernel that dies twice is
+    reported in the status and scores nothing."""
+    started = time.perf_counter()
+    graded = grade_submission_once(submission, autograder, timeout, test_timeout)
+    return dataclasses.replace(graded, seconds=round(time.perf_counter() - started, 3))
+
+
+def grade_submission_once(submission: Path, autograder: Path, timeout: float,
+                          test_timeout: float) -> Graded:
+    """``grade_one`` without the clock: graded again without the cell a kernel died in."""
     from otter.api import grade_submission
 
     try:
-        read_submission(submission)
+        notebook = read_submission(submission)
     except Exception as error:  # nbformat and zipfile raise many kinds for a bad file
         return Graded({}, f"unreadable: {type(error).__name__}: {error}"[:200])
+
+    def grade(version: nbformat.NotebookNode) -> Any:
+        if version is notebook:  # the file as handed in, export zips included
+            return grade_submission(str(submission), str(autograder), quiet=True)
+        with tempfile.TemporaryDirectory(prefix="agentbook-regrade-") as folder:
+            path = Path(folder, f"{submission.stem}.ipynb")
+            nbformat.write(version, path)
+            return grade_submission(str(path), str(autograder), quiet=True)
+
     try:
-        # Figures drawn with Agg, as nothing is shown; patch.dict restores the environment
-        # afterward, as otter prepends to PATH on every call.
-        with patch.dict(os.environ, MPLBACKEND="agg"), cell_time_limit(timeout):
-            results = grade_submission(str(submission), str(autograder), quiet=True)
+        # Figures drawn with Agg, as nothing is shown; the kernel inherits the tests' limit.
+        # patch.dict restores the environment afterward, as otter prepends to PATH each call.
+        settings = {"MPLBACKEND": "agg", TEST_LIMIT_VARIABLE: f"{test_timeout:g}"}
+        with patch.dict(os.environ, settings), cell_time_limit(timeout):
+            results, note = grade_surviving(notebook, grade)
+    except KernelDied as died:
+        return Graded({}, f"not graded: {died}"[:200])
     except Exception as error:  # otter reports a broken submission by raising anything
         return Graded({}, f"not graded: {type(error).__name__}: {error}"[:200])
     if results.has_catastrophic_failure():
@@ -276,7 +298,12 @@ def grade_one(submission: Path, autograder: Path, timeout: float = 300) -> Grade
                                 for case in result.test_case_results
                                 if not case.passed and case.test_case.hidden))
               for name, result in results.results.items()}
-    status = "; ".join(f"{question}: {error}" for question, error in errors.items())
+    # A test stopped at its time limit says so itself (the question, the call, the limit).
+    stopped = [str(case.message).rsplit("TimeoutError: ", 1)[-1]
+               for result in results.results.values() for case in result.test_case_results
+               if not case.passed and "TimeoutError: " in str(case.message)]
+    status = "; ".join([note] * bool(note) + [f"{question}: {error}"
+                                              for question, error in errors.items()] + stopped)
     return Graded(scores, status[:300] or "ok", errors)
 
 
@@ -286,7 +313,8 @@ def start_worker() -> None:
 
 
 def grade_in_pool(submissions: list[Path], autograder: Path, workers: int,
-                  timeout: float = 300) -> dict[str, Graded]:
+                  timeout: float = 300,
+                  test_timeout: float = DEFAULT_SECONDS) -> dict[str, Graded]:
     """Grade submissions in parallel worker processes, one at a time each, with a progress
     bar on stderr; by file stem."""
     graded: dict[str, Graded] = {}
@@ -295,7 +323,7 @@ def grade_in_pool(submissions: list[Path], autograder: Path, workers: int,
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=spawn,
                              initializer=start_worker) as pool:
-        futures = {pool.submit(grade_one, path, autograder, timeout): path
+        futures = {pool.submit(grade_one, path, autograder, timeout, test_timeout): path
                    for path in submissions}
         for done, future in enumerate(as_completed(futures), 1):
             graded[futures[future].stem] = future.result()
@@ -480,13 +508,15 @@ def class_command(args: argparse.Namespace) -> int:
         use_docker = args.engine == "docker" or (args.engine == "auto" and docker_available())
         print(f"grading {len(submissions)} submissions with "
               f"{'otter grade (Docker)' if use_docker else 'otter run'}, "
-              f"{args.workers} at a time, each cell within {args.timeout:g} s",
+              f"{args.workers} at a time, each cell within {args.timeout:g} s"
+              + ("" if use_docker else f" and each test within {args.test_timeout:g} s"),
               file=sys.stderr)
         if use_docker:
             graded = grade_in_containers(submissions, autograder, args.workers, source.stem,
                                          args.timeout)
         else:
-            graded = grade_in_pool(submissions, autograder, args.workers, args.timeout)
+            graded = grade_in_pool(submissions, autograder, args.workers, args.timeout,
+                                   args.test_timeout)
             print(file=sys.stderr)
     out = args.output
     (out / "feedback").mkdir(parents=True, exist_ok=True)
@@ -520,6 +550,10 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--timeout", type=float, default=300, metavar="SECONDS",
                        help="the longest any one cell may run; a cell stopped costs only "
                        "its own question (default 300)")
+    grade.add_argument("--test-timeout", type=float, default=DEFAULT_SECONDS,
+                       metavar="SECONDS", help="the longest any one test may run; a test "
+                       "stopped fails with a message naming the call that did not finish "
+                       f"(default {DEFAULT_SECONDS}, built into the tests; in Docker always that)")
     grade.add_argument("--written", type=Path, metavar="CSV",
                        help="hand-graded points: a CSV with columns student, written")
     grade.add_argument("--autograder", type=Path,
