@@ -32,9 +32,12 @@ from agentbook.anatomy import (
     _skip,
 )
 from collections import Counter
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
+import inspect
 import os
 from pathlib import Path
+from contextlib import contextmanager
 from agentbook.run_explorer import RunExplorer, explore_run
 
 __all__ = [
@@ -48,13 +51,15 @@ __all__ = [
     "PAUSED_FORMAT",
     "PausedRun",
     "run_with_approvals",
+    "continue_with_approvals",
+    "Lookup",
+    "make_keyed_environment",
     "resume_with_decisions",
     "CRASH_POINTS",
     "Crash",
     "CrashAt",
-    "Lookup",
-    "make_keyed_environment",
     "Journal",
+    "lock_journal",
     "JOURNAL_FORMAT",
     "run_durably",
     "recover_run",
@@ -189,96 +194,6 @@ def _request_data(r: ApprovalRequest) -> dict[str, Any]:
             "reason": r.reason}
 
 
-# From chapters/02_durable.ipynb, cell saved-text
-def _loaded(text: str, what: str) -> Any:
-    """Parse saved JSON, or say that it is not JSON."""
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError) as failure:
-        raise ValueError(f"saved {what} is not valid JSON: "
-                         f"{failure}") from None
-
-
-def _refuse(condition: bool, problem: str) -> None:
-    if not condition:
-        raise ValueError(f"saved paused run refused: {problem}")
-
-
-# From chapters/02_durable.ipynb, cell checked-state
-def _pending_state(data: Any) -> tuple[RunState, list[ToolCall]]:
-    """A saved state that ends in a message whose calls await answers.
-
-    Everything before that message is checked as Chapter 1 checks a saved
-    run; the message itself must be the assistant's, with calls, and
-    counted in the turns and the token log.
-    """
-    _refuse(isinstance(data, dict) and set(data) == {
-        "messages", "observations", "prompt_token_log", "turns"},
-        "the state needs messages, observations, token log and turns")
-    messages, log, turns = (data["messages"], data["prompt_token_log"],
-                            data["turns"])
-    _refuse(isinstance(messages, list) and bool(messages)
-            and isinstance(log, list) and bool(log)
-            and type(turns) is int and turns >= 1,
-            "the state holds no pending message")
-    pending = messages[-1]
-    calls = parse_tool_calls(pending)
-    _refuse(isinstance(pending, dict) and pending.get("role") == "assistant"
-            and bool(calls), "the last message proposes no calls")
-    before = _checked_state({**data, "format": RUN_STATE_FORMAT,
-                             "messages": messages[:-1],
-                             "prompt_token_log": log[:-1],
-                             "turns": turns - 1})
-    state = RunState([*before.messages, pending], before.observations,
-                     log, turns)
-    return state, calls
-
-
-# From chapters/02_durable.ipynb, cell checked-request
-def _checked_request(data: Any, run_id: str,
-                     call: ToolCall) -> ApprovalRequest:
-    """One saved request: its digest intact, and the call it waits for."""
-    _refuse(isinstance(data, dict) and set(data) == {
-        "call_id", "name", "arguments", "digest", "reason"},
-        "a request has the wrong fields")
-    request = ApprovalRequest(**data)
-    digest = call_digest(run_id, request.call_id, request.name,
-                         request.arguments)
-    _refuse(digest == request.digest, f"request {request.call_id}: changed "
-            "arguments no longer match their digest")
-    _refuse((call.call_id, call.name, call.arguments)
-            == (request.call_id, request.name, request.arguments),
-            f"request {request.call_id} is not the call in the transcript")
-    return request
-
-
-# From chapters/02_durable.ipynb, cell checked-paused
-def _checked_paused(data: Any) -> tuple[str, RunState,
-                                        list[Observation | None],
-                                        list[ApprovalRequest]]:
-    """A saved paused run's parts, checked, or a ValueError saying why."""
-    _refuse(isinstance(data, dict) and set(data) == {
-        "format", "run_id", "state", "settled", "requests"}
-        and data["format"] == PAUSED_FORMAT, "not a saved paused run")
-    _refuse(isinstance(data["run_id"], str), "the run id is not text")
-    state, calls = _pending_state(data["state"])
-    settled_data, requests = data["settled"], data["requests"]
-    _refuse(isinstance(settled_data, list) and isinstance(requests, list)
-            and len(settled_data) == len(calls),
-            "one settled entry per proposed call is needed")
-    settled = [None if s is None else _saved_observation(s)
-               for s in settled_data]
-    waiting = [c for c, s in zip(calls, settled, strict=True) if s is None]
-    _refuse(len(waiting) == len(requests) >= 1,
-            "the requests are not the calls left waiting")
-    _refuse(all(s.call_id == c.call_id for c, s in zip(calls, settled,
-                                                      strict=True) if s),
-            "a settled observation answers another call")
-    checked = [_checked_request(r, data["run_id"], c)
-               for r, c in zip(requests, waiting, strict=True)]
-    return data["run_id"], state, settled, checked
-
-
 # From chapters/02_durable.ipynb, cell paused-run
 @dataclass
 class PausedRun:
@@ -372,6 +287,19 @@ def _approval_step(run_id: str, state: RunState, proposals: list[ToolCall],
 
 
 # From chapters/02_durable.ipynb, cell approval-loop-itself
+def _ask_model(model: Any, state: RunState) -> dict[str, Any]:
+    """The model's next message; a failure carries the run with it.
+
+    Whatever ``model.chat`` raises leaves with ``.state``, the run as it
+    stood, every call answered, so nothing it paid for is paid again.
+    """
+    try:
+        return _as_assistant_message(model.chat(state.messages))
+    except Exception as failure:
+        failure.state = state  # type: ignore[attr-defined]
+        raise
+
+
 def _approval_loop(run_id: str, state: RunState, model: Any,
                    tools: dict[str, ToolSpec], policy: ApprovalPolicy,
                    limits: Limits) -> RunResult | PausedRun:
@@ -381,7 +309,7 @@ def _approval_loop(run_id: str, state: RunState, model: Any,
         size = estimate_tokens(state.messages)
         if size > limits.max_prompt_tokens:
             return RunResult(Stop.TOKEN_LIMIT, None, state)
-        reply = _as_assistant_message(model.chat(state.messages))
+        reply = _ask_model(model, state)
         state.messages.append(reply)
         state.prompt_token_log.append(size)
         state.turns += 1
@@ -405,16 +333,75 @@ def run_with_approvals(task: str, model: Any, tools: dict[str, ToolSpec],
                        ) -> RunResult | PausedRun:
     """Run a task; pause when a message holds calls that need a person.
 
-    The run id goes into every request's digest. By default it is derived
-    from the opening messages, which keeps the book's outputs the same on
-    every run; a service would draw a random one (``uuid.uuid4()``).
+    The run id goes into every request's digest, so an approval given in
+    one run cannot be spent in another. It is random unless given; the
+    book gives fixed ones where its printed outputs must not change.
     """
     state = RunState(messages=[{"role": "system", "content": system_prompt},
                                {"role": "user", "content": task}])
-    if run_id is None:
-        opening = json.dumps(state.messages, sort_keys=True).encode()
-        run_id = "run-" + hashlib.sha256(opening).hexdigest()[:12]
+    run_id = run_id or f"run-{uuid.uuid4().hex}"
     return _approval_loop(run_id, state, model, tools, policy, limits)
+
+
+def continue_with_approvals(run_id: str, state: RunState, model: Any,
+                            tools: dict[str, ToolSpec],
+                            policy: ApprovalPolicy, limits: Limits = Limits(),
+                            ) -> RunResult | PausedRun:
+    """Carry on a run whose model call failed, from the failure's ``.state``.
+
+    The state must be a whole one (every call answered), as Chapter 1
+    checks it; one that ends in an answer is finished and is refused.
+    """
+    checked = _checked_state({**_state_data(state),
+                              "format": RUN_STATE_FORMAT})
+    last = checked.messages[-1]
+    if last.get("role") == "assistant" and not parse_tool_calls(last):
+        raise ValueError("this run has finished: there is nothing to carry on")
+    return _approval_loop(run_id, state, model, tools, policy, limits)
+
+
+# From chapters/02_durable.ipynb, cell keyed-imports
+Lookup = Callable[[str], Any]
+
+
+# From chapters/02_durable.ipynb, cell keyed-environment
+def make_keyed_environment() -> tuple[dict[str, ToolSpec],
+                                      list[dict[str, Any]], Lookup]:
+    """Chapter 1's desk, whose refunds honor an idempotency key.
+
+    ``refund_order`` takes a keyword ``idempotency_key`` that the model
+    never sees (it is not in the schema). A key is applied at most once: a
+    repeat returns the first receipt and appends nothing, and a key reused
+    for another refund is a ValueError. ``lookup(key)`` returns the
+    arguments and receipt recorded under a key, or None if none was.
+    """
+    tools, effects = make_environment()
+    applied: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+
+    def refund_order(order_id: str, amount_cents: int, *,
+                     idempotency_key: str | None = None) -> dict[str, Any]:
+        asked = {"order_id": order_id, "amount_cents": amount_cents}
+        if idempotency_key is not None and idempotency_key in applied:
+            first, receipt = applied[idempotency_key]
+            if first != asked:
+                raise ValueError(f"idempotency key {idempotency_key} was "
+                                 "used for another refund")
+            return receipt
+        effects.append({"order_id": order_id,
+                        "refunded_cents": amount_cents})
+        if idempotency_key is not None:
+            applied[idempotency_key] = (asked, effects[-1])
+        return effects[-1]
+
+    def lookup(key: str) -> dict[str, Any] | None:
+        if key not in applied:
+            return None
+        asked, receipt = applied[key]
+        return {"arguments": asked, "receipt": receipt}
+
+    tools["refund_order"] = replace(tools["refund_order"],
+                                    handler=refund_order)
+    return tools, effects, lookup
 
 
 # From chapters/02_durable.ipynb, cell resume-with-decisions
@@ -439,32 +426,60 @@ def _matched(paused: PausedRun,
     return chosen
 
 
+def _takes_key(spec: ToolSpec) -> bool:
+    """Whether the tool's handler accepts an ``idempotency_key``."""
+    return "idempotency_key" in inspect.signature(spec.handler).parameters
+
+
 def _decided(call: ToolCall, decision: ApprovalDecision,
              tools: dict[str, ToolSpec]) -> Observation:
-    """Run an approved call once; turn a denied one into its reason."""
-    if decision.approved:
-        return execute_call(call, tools, allow_all)
-    return Observation(call.call_id, False, "denied",
-                       f"{decision.reviewer} denied it: {decision.reason}")
+    """Run an approved call under its approval's key; deny the others."""
+    if not decision.approved:
+        return Observation(call.call_id, False, "denied",
+                           f"{decision.reviewer} denied it: {decision.reason}")
+    spec = tools[call.name]
+    key = f"approval/{decision.digest}"  # every replay sends the same key
+    keyed = replace(spec, handler=lambda **a: spec.handler(
+        **a, idempotency_key=key))
+    return execute_call(call, {call.name: keyed}, allow_all)
 
 
 # From chapters/02_durable.ipynb, cell resume-loop
+def _approved_calls(paused: PausedRun, chosen: dict[str, ApprovalDecision],
+                    tools: dict[str, ToolSpec]) -> list[ToolCall]:
+    """The pending message's calls, each waiting one exactly as decided."""
+    proposals = parse_tool_calls(paused.state.messages[-1])
+    if (paused.state.messages[-1].get("role") != "assistant"
+            or len(proposals) != len(paused.settled)):
+        raise ValueError("this paused run has been resumed already")
+    for call, seen in zip(proposals, paused.settled, strict=True):
+        if seen is not None:
+            continue
+        decision = chosen.get(call.call_id)
+        digest = call_digest(paused.run_id, call.call_id, call.name,
+                             call.arguments or {})
+        if decision is None or decision.digest != digest:
+            raise ValueError(f"call {call.call_id} is not the call that "
+                             "was decided: its digest differs")
+        if decision.approved and not _takes_key(tools[call.name]):
+            raise ValueError(f"{call.name} takes no idempotency key: an "
+                             "approval could be spent twice")
+    return proposals
+
+
 def resume_with_decisions(paused: PausedRun,
                           decisions: list[ApprovalDecision], model: Any,
                           tools: dict[str, ToolSpec], policy: ApprovalPolicy,
                           limits: Limits = Limits()) -> RunResult | PausedRun:
     """Apply one decision per request, then carry the run on.
 
-    A decision for no pending request, a request left undecided or one
-    decided twice raises ValueError, and so does a paused run that was
-    resumed already: an approved call runs once.
+    Every decision must match a request, and every waiting call its
+    decision's digest, recomputed here; otherwise ValueError, before any
+    call runs. An approved call is sent with a key made from its digest.
     """
     chosen = _matched(paused, decisions)
+    proposals = _approved_calls(paused, chosen, tools)
     state = paused.state
-    proposals = parse_tool_calls(state.messages[-1])
-    if (state.messages[-1].get("role") != "assistant"
-            or len(proposals) != len(paused.settled)):
-        raise ValueError("this paused run has been resumed already")
     settled = [seen or _decided(call, chosen[call.call_id], tools)
                for call, seen in zip(proposals, paused.settled, strict=True)]
     _close(state, proposals, list(settled), None)
@@ -474,6 +489,96 @@ def resume_with_decisions(paused: PausedRun,
            for call, seen in zip(proposals, settled, strict=True)):
         return RunResult(Stop.NO_PROGRESS, None, state)
     return _approval_loop(paused.run_id, state, model, tools, policy, limits)
+
+
+# From chapters/02_durable.ipynb, cell saved-text
+def _loaded(text: str, what: str) -> Any:
+    """Parse saved JSON, or say that it is not JSON."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as failure:
+        raise ValueError(f"saved {what} is not valid JSON: "
+                         f"{failure}") from None
+
+
+def _refuse(condition: bool, problem: str) -> None:
+    if not condition:
+        raise ValueError(f"saved paused run refused: {problem}")
+
+
+# From chapters/02_durable.ipynb, cell checked-state
+def _pending_state(data: Any) -> tuple[RunState, list[ToolCall]]:
+    """A saved state that ends in a message whose calls await answers.
+
+    Everything before that message is checked as Chapter 1 checks a saved
+    run; the message itself must be the assistant's, with calls, and
+    counted in the turns and the token log.
+    """
+    _refuse(isinstance(data, dict) and set(data) == {
+        "messages", "observations", "prompt_token_log", "turns"},
+        "the state needs messages, observations, token log and turns")
+    messages, log, turns = (data["messages"], data["prompt_token_log"],
+                            data["turns"])
+    _refuse(isinstance(messages, list) and bool(messages)
+            and isinstance(log, list) and bool(log)
+            and type(turns) is int and turns >= 1,
+            "the state holds no pending message")
+    pending = messages[-1]
+    calls = parse_tool_calls(pending)
+    _refuse(isinstance(pending, dict) and pending.get("role") == "assistant"
+            and bool(calls), "the last message proposes no calls")
+    before = _checked_state({**data, "format": RUN_STATE_FORMAT,
+                             "messages": messages[:-1],
+                             "prompt_token_log": log[:-1],
+                             "turns": turns - 1})
+    state = RunState([*before.messages, pending], before.observations,
+                     log, turns)
+    return state, calls
+
+
+# From chapters/02_durable.ipynb, cell checked-request
+def _checked_request(data: Any, run_id: str,
+                     call: ToolCall) -> ApprovalRequest:
+    """One saved request: its digest intact, and the call it waits for."""
+    _refuse(isinstance(data, dict) and set(data) == {
+        "call_id", "name", "arguments", "digest", "reason"},
+        "a request has the wrong fields")
+    request = ApprovalRequest(**data)
+    digest = call_digest(run_id, request.call_id, request.name,
+                         request.arguments)
+    _refuse(digest == request.digest, f"request {request.call_id}: changed "
+            "arguments no longer match their digest")
+    _refuse((call.call_id, call.name, call.arguments)
+            == (request.call_id, request.name, request.arguments),
+            f"request {request.call_id} is not the call in the transcript")
+    return request
+
+
+# From chapters/02_durable.ipynb, cell checked-paused
+def _checked_paused(data: Any) -> tuple[str, RunState,
+                                        list[Observation | None],
+                                        list[ApprovalRequest]]:
+    """A saved paused run's parts, checked, or a ValueError saying why."""
+    _refuse(isinstance(data, dict) and set(data) == {
+        "format", "run_id", "state", "settled", "requests"}
+        and data["format"] == PAUSED_FORMAT, "not a saved paused run")
+    _refuse(isinstance(data["run_id"], str), "the run id is not text")
+    state, calls = _pending_state(data["state"])
+    settled_data, requests = data["settled"], data["requests"]
+    _refuse(isinstance(settled_data, list) and isinstance(requests, list)
+            and len(settled_data) == len(calls),
+            "one settled entry per proposed call is needed")
+    settled = [None if s is None else _saved_observation(s)
+               for s in settled_data]
+    waiting = [c for c, s in zip(calls, settled, strict=True) if s is None]
+    _refuse(len(waiting) == len(requests) >= 1,
+            "the requests are not the calls left waiting")
+    _refuse(all(s.call_id == c.call_id for c, s in zip(calls, settled,
+                                                      strict=True) if s),
+            "a settled observation answers another call")
+    checked = [_checked_request(r, data["run_id"], c)
+               for r, c in zip(requests, waiting, strict=True)]
+    return data["run_id"], state, settled, checked
 
 
 # From chapters/02_durable.ipynb, cell crash-at
@@ -503,82 +608,108 @@ class CrashAt:
             raise ValueError("call_index must be a whole number, 0 or more")
 
 
-# From chapters/02_durable.ipynb, cell keyed-imports
-Lookup = Callable[[str], Any]
-
-
-# From chapters/02_durable.ipynb, cell keyed-environment
-def make_keyed_environment() -> tuple[dict[str, ToolSpec],
-                                      list[dict[str, Any]], Lookup]:
-    """Chapter 1's desk, whose refunds honour an idempotency key.
-
-    ``refund_order`` takes a keyword ``idempotency_key`` that the model
-    never sees (it is not in the schema). A key is applied at most once: a
-    repeat returns the first receipt and appends nothing, and a key reused
-    for another refund is a ValueError. ``lookup(key)`` returns the
-    receipt recorded under a key, or None if none was.
-    """
-    tools, effects = make_environment()
-    applied: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
-
-    def refund_order(order_id: str, amount_cents: int, *,
-                     idempotency_key: str | None = None) -> dict[str, Any]:
-        asked = {"order_id": order_id, "amount_cents": amount_cents}
-        if idempotency_key is not None and idempotency_key in applied:
-            first, receipt = applied[idempotency_key]
-            if first != asked:
-                raise ValueError(f"idempotency key {idempotency_key} was "
-                                 "used for another refund")
-            return receipt
-        effects.append({"order_id": order_id,
-                        "refunded_cents": amount_cents})
-        if idempotency_key is not None:
-            applied[idempotency_key] = (asked, effects[-1])
-        return effects[-1]
-
-    def lookup(key: str) -> Any:
-        return applied[key][1] if key in applied else None
-
-    tools["refund_order"] = replace(tools["refund_order"],
-                                    handler=refund_order)
-    return tools, effects, lookup
-
-
 # From chapters/02_durable.ipynb, cell journal
+def _sync_folder(folder: Path) -> None:
+    """Make a new file's name durable: fsync the folder that lists it."""
+    if os.name == "posix":  # Windows cannot open a folder to sync it
+        descriptor = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+
+
+def _heal(path: Path) -> None:
+    """Cut off a last line that a crash left unfinished, if there is one."""
+    with path.open("rb+") as file:
+        size = file.seek(0, os.SEEK_END)
+        if size == 0:
+            return
+        file.seek(size - 1)
+        if file.read(1) == b"\n":
+            return
+        file.seek(0)
+        file.truncate(file.read().rfind(b"\n") + 1)
+        file.flush()
+        os.fsync(file.fileno())
+
+
+def _parsed(path: Path) -> list[dict[str, Any]]:
+    """Every whole line of a journal file, numbered from 1 and in order."""
+    *lines, _torn = path.read_bytes().split(b"\n")
+    records = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if (not isinstance(record, dict) or "kind" not in record
+                or type(record.get("seq")) is not int):
+            raise ValueError(f"journal {path.name}, line {number}: "
+                             "not a journal record")
+        if record["seq"] != number:
+            raise ValueError(f"journal {path.name}, line {number}: "
+                             f"sequence number {record['seq']}")
+        records.append(record)
+    return records
+
+
+# From chapters/02_durable.ipynb, cell journal-class
 class Journal:
     """A write-ahead journal: one JSON object a line, on disk before use.
 
-    Each record is flushed and fsynced before ``append`` returns, so a
-    record the program went on from survives the process. A last line
-    cut short by a crash while writing is ignored when reading; damage
-    anywhere else raises ValueError.
+    Each record gets the next sequence number, ``seq``, and is flushed and
+    fsynced before ``append`` returns, so a record the program went on
+    from survives the process. A torn last line is ignored by ``records``
+    and cut off by the next ``append``; other damage raises ValueError.
     """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self.written: int | None = None  # records in the file, once read
 
     def append(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, allow_nan=False)
+        created = not self.path.exists()
+        if not created:
+            _heal(self.path)
+        if self.written is None:
+            self.written = len(self.records())
+        line = json.dumps({**record, "seq": self.written + 1},
+                          allow_nan=False)
         with self.path.open("a", encoding="utf-8") as file:
             file.write(line + "\n")
             file.flush()
             os.fsync(file.fileno())
+        if created:
+            _sync_folder(self.path.parent)
+        self.written += 1
 
     def records(self) -> list[dict[str, Any]]:
-        if not self.path.exists():
-            return []
-        *lines, _torn = self.path.read_text(encoding="utf-8").split("\n")
-        records = []
-        for number, line in enumerate(lines, start=1):
-            try:
-                record = json.loads(line)
-            except ValueError:
-                record = None
-            if not isinstance(record, dict) or "kind" not in record:
-                raise ValueError(f"journal {self.path.name}, line {number}:"
-                                 " not a journal record")
-            records.append(record)
-        return records
+        return _parsed(self.path) if self.path.exists() else []
+
+
+# From chapters/02_durable.ipynb, cell journal-lock
+@contextmanager
+def lock_journal(journal: Journal) -> Iterator[None]:
+    """Hold ``journal`` for one run or recovery; a second holder is refused.
+
+    Where the platform has no ``flock`` (Windows), nothing is locked.
+    """
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    created = not journal.path.exists()
+    with journal.path.open("a", encoding="utf-8") as handle:
+        if created:
+            _sync_folder(journal.path.parent)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(f"journal {journal.path.name} is in use by "
+                             "another process") from None
+        yield
 
 
 # From chapters/02_durable.ipynb, cell durable-run
@@ -601,14 +732,17 @@ class _Durable:
         if self.crash == CrashAt(name, index):
             raise Crash(f"crashed {name} of effectful call {index}")
 
-    def settled_by_key(self, call_id: str, key: str) -> Observation | None:
-        """The outcome recorded under ``key``, or one the environment has."""
+    def settled_by_key(self, call: ToolCall, key: str) -> Observation | None:
+        """The outcome recorded under ``key``, or the desk's if it has one."""
         if key in self.outcomes:
             return self.outcomes[key]
-        receipt = None if self.lookup is None else self.lookup(key)
-        if receipt is None:
+        applied = None if self.lookup is None else self.lookup(key)
+        if applied is None:
             return None
-        return Observation(call_id, True, "result", receipt)
+        if applied["arguments"] != call.arguments:
+            return Observation(call.call_id, False, "error", f"key {key} "
+                               "was applied to another refund")
+        return Observation(call.call_id, True, "result", applied["receipt"])
 
 
 # From chapters/02_durable.ipynb, cell durable-call
@@ -628,8 +762,9 @@ def _effect(run: _Durable, call: ToolCall, key: str,
 
     keyed_tools = {call.name: replace(spec, handler=keyed)}
     observation = execute_call(call, keyed_tools, allow_all)
-    if observation.kind == "error":  # did the effect land before it failed?
-        observation = run.settled_by_key(call.call_id, key) or observation
+    if observation.kind == "error":  # it may have landed: ask, or resend
+        observation = (run.settled_by_key(call, key)
+                       or execute_call(call, keyed_tools, allow_all))
     run.journal.append({"kind": "outcome", "key": key,
                         "observation": _observation_data(observation)})
     run.point("after_outcome", index)
@@ -640,20 +775,21 @@ def _effect(run: _Durable, call: ToolCall, key: str,
 def _durable_call(run: _Durable, call: ToolCall,
                   key: str) -> tuple[Observation, int | None]:
     """One call of a message, and its index if it reached an effect."""
+    index = run.effectful_calls
+    if key in run.outcomes or key in run.intents:  # recovering this call
+        settled = run.settled_by_key(call, key)
+        if settled is not None:
+            if key not in run.outcomes:
+                run.journal.append({"kind": "outcome", "key": key,
+                                    "observation": _observation_data(settled)})
+            run.effectful_calls += 1
+            return settled, index
     spec = run.tools.get(call.name)
     allowed = validate_call(call, run.tools) is None and run.gate(call)[0]
     if not allowed or spec is None or not spec.effectful:
         # Invalid, denied and read-only calls change nothing: no journal.
         return execute_call(call, run.tools, run.gate), None
-    index = run.effectful_calls
     run.effectful_calls += 1
-    if key in run.outcomes or key in run.intents:  # recovering this call
-        settled = run.settled_by_key(call.call_id, key)
-        if settled is not None and key not in run.outcomes:
-            run.journal.append({"kind": "outcome", "key": key,
-                                "observation": _observation_data(settled)})
-        if settled is not None:
-            return settled, index
     return _effect(run, call, key, index), index
 
 
@@ -707,7 +843,7 @@ def _durable_loop(run: _Durable, state: RunState, model: Any,
 
 
 # From chapters/02_durable.ipynb, cell run-durably
-JOURNAL_FORMAT = "agentbook journal, version 1"
+JOURNAL_FORMAT = "agentbook journal, version 2"
 
 
 def run_durably(task: str, model: Any, tools: dict[str, ToolSpec],
@@ -719,22 +855,23 @@ def run_durably(task: str, model: Any, tools: dict[str, ToolSpec],
 
     Each effectful call's intent is journaled before its effect and its
     outcome after it, and the state after every model call and every
-    message. Keys come from the run id (the journal file's name unless
-    given) and the call, never from the model's arguments. With
-    ``lookup``, a call that fails after its effect may have landed is
-    settled by its key.
+    message. Keys come from the run id (random unless given) and the
+    call, never from the model's arguments. A call that fails is settled
+    by its key, through ``lookup`` or by sending it again with that key.
     """
-    if journal.records():
-        raise ValueError(f"journal {journal.path.name} already holds a "
-                         "run; use recover_run to finish it")
-    run = _Durable(run_id or journal.path.stem, tools, gate, journal,
-                   crash, lookup)
-    state = RunState(messages=[{"role": "system", "content": system_prompt},
-                               {"role": "user", "content": task}])
-    journal.append({"kind": "start", "format": JOURNAL_FORMAT,
-                    "run_id": run.run_id})
-    journal.append({"kind": "state", "state": _state_data(state)})
-    return _durable_loop(run, state, model, limits)
+    with lock_journal(journal):
+        if journal.records():
+            raise ValueError(f"journal {journal.path.name} already holds "
+                             "a run; use recover_run to finish it")
+        run = _Durable(run_id or f"run-{uuid.uuid4().hex}", tools, gate,
+                       journal, crash, lookup)
+        state = RunState(messages=[
+            {"role": "system", "content": system_prompt},
+            {"role": "user", "content": task}])
+        journal.append({"kind": "start", "format": JOURNAL_FORMAT,
+                        "run_id": run.run_id})
+        journal.append({"kind": "state", "state": _state_data(state)})
+        return _durable_loop(run, state, model, limits)
 
 
 # From chapters/02_durable.ipynb, cell recover-run
@@ -754,26 +891,30 @@ def recover_run(journal: Journal, model: Any, tools: dict[str, ToolSpec],
                 crash: CrashAt | None = None) -> RunResult:
     """Finish a run from its journal after a crash.
 
-    The run restarts from its last journaled state. Every intent without
-    an outcome is settled by asking ``lookup`` whether its key was
-    applied: if so, the recorded result becomes the observation; if not,
-    the call is made again with the same key. ``crash`` crashes the
+    The run restarts from its last journaled state, under the run id of
+    the journal's first record. Every intent without an outcome is settled
+    by asking ``lookup`` whether its key was applied to this call: if so,
+    the receipt becomes the observation; if not, the call is made again
+    with the same key. ``crash`` crashes the
     recovery itself, counting effectful calls from where it starts.
     """
-    records = journal.records()
-    if not records or records[0].get("format") != JOURNAL_FORMAT:
-        raise ValueError(f"journal {journal.path.name} holds no run")
-    states = [r["state"] for r in records if r["kind"] == "state"]
-    if not states:
-        raise ValueError(f"journal {journal.path.name} holds no state")
-    run = _Durable(records[0]["run_id"], tools, gate, journal, crash, lookup)
-    for record in records:
-        if record["kind"] == "intent":
-            run.intents.add(record["key"])
-        elif record["kind"] == "outcome":
-            run.outcomes[record["key"]] = _saved_observation(
-                record["observation"])
-    return _durable_loop(run, _journaled_state(states[-1]), model, limits)
+    with lock_journal(journal):
+        records = journal.records()
+        if not records or records[0].get("format") != JOURNAL_FORMAT:
+            raise ValueError(f"journal {journal.path.name} holds no run")
+        states = [r["state"] for r in records if r["kind"] == "state"]
+        if not states:
+            raise ValueError(f"journal {journal.path.name} holds no state")
+        run = _Durable(records[0]["run_id"], tools, gate, journal, crash,
+                       lookup)
+        for record in records:
+            if record["kind"] == "intent":
+                run.intents.add(record["key"])
+            elif record["kind"] == "outcome":
+                run.outcomes[record["key"]] = _saved_observation(
+                    record["observation"])
+        state = _journaled_state(states[-1])
+        return _durable_loop(run, state, model, limits)
 
 
 # From chapters/02_durable.ipynb, cell trace-clock
