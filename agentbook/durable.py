@@ -452,13 +452,15 @@ def _approved_calls(paused: PausedRun, chosen: dict[str, ApprovalDecision],
     if (paused.state.messages[-1].get("role") != "assistant"
             or len(proposals) != len(paused.settled)):
         raise ValueError("this paused run has been resumed already")
+    shown = {r.call_id: (r.name, r.arguments) for r in paused.requests}
     for call, seen in zip(proposals, paused.settled, strict=True):
         if seen is not None:
             continue
         decision = chosen.get(call.call_id)
         digest = call_digest(paused.run_id, call.call_id, call.name,
                              call.arguments or {})
-        if decision is None or decision.digest != digest:
+        if (decision is None or decision.digest != digest
+                or shown.get(call.call_id) != (call.name, call.arguments)):
             raise ValueError(f"call {call.call_id} is not the call that "
                              "was decided: its digest differs")
         if decision.approved and not _takes_key(tools[call.name]):
