@@ -264,8 +264,9 @@ def test_a_journal_that_holds_a_run_is_not_started_again(tmp_path: Path) -> None
     assert len(effects) == 1
 
 
-@pytest.mark.parametrize("text", ["", '{"kind": "state", "seq": 1}\n', '{"kind": "start", "format": '
-                                  '"agentbook journal, version 1", "run_id": "r", "seq": 1}\n'])
+@pytest.mark.parametrize("text", ["", '{"kind": "state", "seq": 1}\n',
+                                  '{"kind": "start", "format": "agentbook journal, version 1", '
+                                  '"run_id": "r", "seq": 1}\n'])
 def test_recovering_a_journal_without_a_run_is_refused(tmp_path: Path, text: str) -> None:
     path = tmp_path / "r.jsonl"
     path.write_text(text, encoding="utf-8")
