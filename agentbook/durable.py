@@ -65,6 +65,9 @@ __all__ = [
     "recover_run",
     "TRACE_ORIGIN_NS",
     "TRACE_TICK_NS",
+    "SCRIPTED_PROVIDER",
+    "SCRIPTED_MODEL",
+    "ESTIMATED_INPUT_TOKENS",
     "run_spans",
     "spans_to_otlp_json",
     "trace_to_run",
@@ -922,6 +925,10 @@ def recover_run(journal: Journal, model: Any, tools: dict[str, ToolSpec],
 # From chapters/02_durable.ipynb, cell trace-clock
 TRACE_ORIGIN_NS = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z
 TRACE_TICK_NS = 1_000_000  # one millisecond per event of the run
+SCRIPTED_PROVIDER = "agentbook.scripted"  # the provider of the book's scripts
+SCRIPTED_MODEL = "scripted"
+# A count the book estimates, not one a provider reported: its own namespace.
+ESTIMATED_INPUT_TOKENS = "agentbook.usage.estimated_input_tokens"
 
 
 def _run_seed(result: RunResult) -> bytes:
@@ -943,10 +950,13 @@ def _calls_in_order(result: RunResult) -> list[
 
 
 # From chapters/02_durable.ipynb, cell span-helpers
-def _parts(role: str, text: Any) -> str:
+def _parts(role: str, text: Any, finish: str | None = None) -> str:
     """One message in the GenAI conventions' JSON shape for messages."""
-    return json.dumps([{"role": role, "parts": [
-        {"type": "text", "content": text}]}])
+    message: dict[str, Any] = {"role": role, "parts": [
+        {"type": "text", "content": text}]}
+    if finish is not None:
+        message["finish_reason"] = finish
+    return json.dumps([message])
 
 
 def _raw_arguments(reply: dict[str, Any], call_id: str) -> str | None:
@@ -956,6 +966,18 @@ def _raw_arguments(reply: dict[str, Any], call_id: str) -> str | None:
             arguments = (entry.get("function") or {}).get("arguments")
             return arguments if isinstance(arguments, str) else None
     return None
+
+
+def _reply_parts(reply: dict[str, Any], finish: str) -> str:
+    """A model's reply as an output message: its text, its calls, why."""
+    parts: list[dict[str, Any]] = []
+    if isinstance(reply.get("content"), str) and reply["content"]:
+        parts.append({"type": "text", "content": reply["content"]})
+    parts += [{"type": "tool_call", "id": call.call_id, "name": call.name,
+               "arguments": _raw_arguments(reply, call.call_id)}
+              for call in parse_tool_calls(reply)]
+    return json.dumps([{"role": "assistant", "parts": parts,
+                        "finish_reason": finish}])
 
 
 # From chapters/02_durable.ipynb, cell tool-span
@@ -996,7 +1018,7 @@ def _end_root(root: Any, result: RunResult, end: int) -> None:
 
     if result.answer is not None:
         root.set_attribute(gen_ai.GEN_AI_OUTPUT_MESSAGES,
-                           _parts("assistant", result.answer))
+                           _parts("assistant", result.answer, "stop"))
     if result.stop != Stop.ANSWERED:
         root.set_attribute(ERROR_TYPE, str(result.stop))
         root.set_status(Status(StatusCode.ERROR, f"stop: {result.stop}"))
@@ -1004,8 +1026,12 @@ def _end_root(root: Any, result: RunResult, end: int) -> None:
 
 
 # From chapters/02_durable.ipynb, cell trace-run
-def _trace_run(tracer: Any, result: RunResult, agent_name: str) -> None:
-    """Make the spans of one run, ticking the clock once per event."""
+def _trace_run(tracer: Any, result: RunResult, agent_name: str,
+               about: dict[str, Any]) -> None:
+    """Make the spans of one run, ticking the clock once per event.
+
+    ``about`` holds the attributes every model and agent span carries.
+    """
     from opentelemetry.semconv._incubating.attributes import (
         gen_ai_attributes as gen_ai)
     from opentelemetry.trace import SpanKind, set_span_in_context
@@ -1015,17 +1041,19 @@ def _trace_run(tracer: Any, result: RunResult, agent_name: str) -> None:
                 if m["role"] == "user")
     root = tracer.start_span(f"invoke_agent {agent_name}", None,
                              SpanKind.INTERNAL, {
-        gen_ai.GEN_AI_OPERATION_NAME: "invoke_agent",
+        **about, gen_ai.GEN_AI_OPERATION_NAME: "invoke_agent",
         gen_ai.GEN_AI_AGENT_NAME: agent_name,
         gen_ai.GEN_AI_INPUT_MESSAGES: _parts("user", task)},
         start_time=next(clock))
     inside = set_span_in_context(root)
+    model = about[gen_ai.GEN_AI_REQUEST_MODEL]
     for tokens, reply, calls in _calls_in_order(result):
-        finish = "tool_calls" if calls else "stop"
-        chat = tracer.start_span("chat", inside, SpanKind.CLIENT, {
-            gen_ai.GEN_AI_OPERATION_NAME: "chat",
-            gen_ai.GEN_AI_USAGE_INPUT_TOKENS: tokens,
-            gen_ai.GEN_AI_RESPONSE_FINISH_REASONS: [finish]},
+        finish = "tool_call" if calls else "stop"
+        chat = tracer.start_span(f"chat {model}", inside, SpanKind.CLIENT, {
+            **about, gen_ai.GEN_AI_OPERATION_NAME: "chat",
+            ESTIMATED_INPUT_TOKENS: tokens,
+            gen_ai.GEN_AI_RESPONSE_FINISH_REASONS: [finish],
+            gen_ai.GEN_AI_OUTPUT_MESSAGES: _reply_parts(reply, finish)},
             start_time=next(clock))
         chat.end(next(clock))
         for call, seen in calls:
@@ -1054,29 +1082,42 @@ def _run_ids(seed: bytes) -> Any:
 
 
 # From chapters/02_durable.ipynb, cell run-spans
-def run_spans(result: RunResult, agent_name: str = "refund desk") -> list[Any]:
+def run_spans(result: RunResult, agent_name: str = "refund desk", *,
+              provider: str = SCRIPTED_PROVIDER, model: str = SCRIPTED_MODEL,
+              conversation_id: str | None = None, fixed_ids: bool = False,
+              service_name: str = "refund-desk") -> list[Any]:
     """The finished run as OpenTelemetry spans, root first.
 
-    One ``invoke_agent`` span holds one ``chat`` span per model call and
-    one ``execute_tool`` span per tool call. Only GenAI semantic-convention
-    attributes are set. Ids come from a digest of the run and times from a
-    clock that ticks once per event, so one run always gives one trace.
-    OpenTelemetry is imported here, on first use, not with the package.
+    ``provider`` and ``model`` say who answered (the book's scripts by
+    default), ``conversation_id`` is the run id if the run has one. Ids
+    are random unless ``fixed_ids``, which takes them from a digest of the
+    run; times come from a clock that ticks once per event. OpenTelemetry
+    is imported here, on first use, not with the package.
     """
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.semconv._incubating.attributes import (
+        gen_ai_attributes as gen_ai)
+    from opentelemetry.semconv.attributes.service_attributes import (
+        SERVICE_NAME)
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
         InMemorySpanExporter)
-    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
     from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 
+    about = {gen_ai.GEN_AI_PROVIDER_NAME: provider,
+             gen_ai.GEN_AI_REQUEST_MODEL: model}
+    if conversation_id is not None:
+        about[gen_ai.GEN_AI_CONVERSATION_ID] = conversation_id
+    ids = _run_ids(_run_seed(result)) if fixed_ids else RandomIdGenerator()
     exporter = InMemorySpanExporter()
-    provider = TracerProvider(sampler=ALWAYS_ON, shutdown_on_exit=False,
-                              resource=Resource.get_empty(),
-                              id_generator=_run_ids(_run_seed(result)))
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    _trace_run(provider.get_tracer("agentbook"), result, agent_name)
-    provider.shutdown()
+    tracing = TracerProvider(sampler=ALWAYS_ON, shutdown_on_exit=False,
+                             resource=Resource({SERVICE_NAME: service_name}),
+                             id_generator=ids)
+    tracing.add_span_processor(SimpleSpanProcessor(exporter))
+    _trace_run(tracing.get_tracer("agentbook"), result, agent_name, about)
+    tracing.shutdown()
     return sorted(exporter.get_finished_spans(),
                   key=lambda span: (span.start_time, span.parent is not None))
 
@@ -1114,13 +1155,17 @@ def _otlp_span(span: Any) -> dict[str, Any]:
 
 # From chapters/02_durable.ipynb, cell otlp-document
 def spans_to_otlp_json(spans: list[Any]) -> str:
-    """Spans as an OTLP/JSON trace, the file format collectors import."""
+    """Spans of one run as an OTLP/JSON trace, the file format collectors
+    import: one resource, the service's, and its spans by scope."""
     scopes: dict[str, list[dict[str, Any]]] = {}
     for span in spans:
         scopes.setdefault(span.instrumentation_scope.name, []).append(
             _otlp_span(span))
+    resource = spans[0].resource.attributes if spans else {}
     return json.dumps({"resourceSpans": [{
-        "resource": {"attributes": []},
+        "resource": {"attributes": [
+            {"key": key, "value": _otlp_value(value)}
+            for key, value in resource.items()]},
         "scopeSpans": [{"scope": {"name": name}, "spans": found}
                        for name, found in scopes.items()]}]},
         separators=(",", ":"))
@@ -1140,9 +1185,9 @@ def _attributes(span: dict[str, Any]) -> dict[str, Any]:
 
 def _text_of(messages_json: str | None) -> Any:
     """The text of the one message a GenAI messages attribute holds."""
-    if messages_json is None:
-        return None
-    return json.loads(messages_json)[0]["parts"][0]["content"]
+    parts = json.loads(messages_json)[0]["parts"] if messages_json else []
+    texts = [part["content"] for part in parts if part["type"] == "text"]
+    return texts[0] if len(texts) == 1 else None
 
 
 def _observed(attributes: dict[str, Any],
@@ -1168,33 +1213,33 @@ def _entry(attributes: dict[str, Any]) -> dict[str, Any]:
 def trace_to_run(otlp_json: str) -> RunResult:
     """Rebuild what a trace holds of a run: calls, outcomes, tokens, stop.
 
-    The text a model wrote beside its calls is not in the trace, so those
-    messages come back without it; the task and the answer are.
+    The system prompt is not in the trace; the task, each reply's text and
+    calls, every observation and the answer are.
     """
     spans = sorted((span for resource in json.loads(otlp_json)["resourceSpans"]
                     for scope in resource["scopeSpans"]
                     for span in scope["spans"]),
                    key=lambda span: int(span["startTimeUnixNano"]))
     root = _attributes(spans[0])
-    steps: list[tuple[int, list[dict[str, Any]], list[Observation]]] = []
+    steps: list[tuple[int, Any, list[dict[str, Any]], list[Observation]]] = []
     for span in spans[1:]:
         attributes = _attributes(span)
         if attributes["gen_ai.operation.name"] == "chat":
-            steps.append((attributes["gen_ai.usage.input_tokens"], [], []))
+            steps.append((attributes[ESTIMATED_INPUT_TOKENS], _text_of(
+                attributes.get("gen_ai.output.messages")), [], []))
         else:
-            steps[-1][1].append(_entry(attributes))
-            steps[-1][2].append(_observed(attributes, span))
-    answer = _text_of(root.get("gen_ai.output.messages"))
-    task = _text_of(root.get("gen_ai.input.messages"))
-    state = RunState([{"role": "user", "content": task}])
-    for tokens, entries, observations in steps:
-        state.messages.append({"role": "assistant", "content": None,
-                               "tool_calls": entries} if entries else
-                              {"role": "assistant", "content": answer})
+            steps[-1][2].append(_entry(attributes))
+            steps[-1][3].append(_observed(attributes, span))
+    state = RunState([{"role": "user", "content": _text_of(
+        root.get("gen_ai.input.messages"))}])
+    for tokens, text, entries, observations in steps:
+        state.messages.append({"role": "assistant", "content": text,
+                               **({"tool_calls": entries} if entries else {})})
         state.prompt_token_log.append(tokens)
         state.turns += 1
         for observation in observations:
             _record(state, observation)
+    answer = _text_of(root.get("gen_ai.output.messages"))
     return RunResult(Stop(root.get("error.type", "answered")), answer, state)
 
 
