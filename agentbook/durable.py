@@ -33,8 +33,8 @@ from agentbook.anatomy import (
 )
 from collections import Counter
 import uuid
-from collections.abc import Callable, Iterator
 import inspect
+from collections.abc import Callable, Iterator
 import os
 from pathlib import Path
 from contextlib import contextmanager
@@ -55,6 +55,7 @@ __all__ = [
     "Lookup",
     "make_keyed_environment",
     "resume_with_decisions",
+    "paused_from_json",
     "CRASH_POINTS",
     "Crash",
     "CrashAt",
@@ -223,11 +224,6 @@ class PausedRun:
             "requests": [_request_data(r) for r in self.requests]},
             allow_nan=False)
 
-    @classmethod
-    def from_json(cls, text: str) -> "PausedRun":
-        """Read a paused run back; a damaged or edited save raises."""
-        return cls(*_checked_paused(_loaded(text, "paused run")))
-
 
 # From chapters/02_durable.ipynb, cell approval-settle
 def _settle(call: ToolCall, run_id: str, tools: dict[str, ToolSpec],
@@ -367,6 +363,11 @@ def continue_with_approvals(run_id: str, state: RunState, model: Any,
 Lookup = Callable[[str], Any]
 
 
+def _takes_key(spec: ToolSpec) -> bool:
+    """Whether the tool's handler accepts an ``idempotency_key``."""
+    return "idempotency_key" in inspect.signature(spec.handler).parameters
+
+
 # From chapters/02_durable.ipynb, cell keyed-environment
 def make_keyed_environment() -> tuple[dict[str, ToolSpec],
                                       list[dict[str, Any]], Lookup]:
@@ -429,11 +430,6 @@ def _matched(paused: PausedRun,
     return chosen
 
 
-def _takes_key(spec: ToolSpec) -> bool:
-    """Whether the tool's handler accepts an ``idempotency_key``."""
-    return "idempotency_key" in inspect.signature(spec.handler).parameters
-
-
 def _decided(call: ToolCall, decision: ApprovalDecision,
              tools: dict[str, ToolSpec]) -> Observation:
     """Run an approved call under its approval's key; deny the others."""
@@ -447,7 +443,7 @@ def _decided(call: ToolCall, decision: ApprovalDecision,
     return execute_call(call, {call.name: keyed}, allow_all)
 
 
-# From chapters/02_durable.ipynb, cell resume-loop
+# From chapters/02_durable.ipynb, cell approved-calls
 def _approved_calls(paused: PausedRun, chosen: dict[str, ApprovalDecision],
                     tools: dict[str, ToolSpec]) -> list[ToolCall]:
     """The pending message's calls, each waiting one exactly as decided."""
@@ -472,6 +468,7 @@ def _approved_calls(paused: PausedRun, chosen: dict[str, ApprovalDecision],
     return proposals
 
 
+# From chapters/02_durable.ipynb, cell resume-loop
 def resume_with_decisions(paused: PausedRun,
                           decisions: list[ApprovalDecision], model: Any,
                           tools: dict[str, ToolSpec], policy: ApprovalPolicy,
@@ -586,6 +583,11 @@ def _checked_paused(data: Any) -> tuple[str, RunState,
     return data["run_id"], state, settled, checked
 
 
+def paused_from_json(text: str) -> PausedRun:
+    """Read a saved paused run back; a damaged or edited save raises."""
+    return PausedRun(*_checked_paused(_loaded(text, "paused run")))
+
+
 # From chapters/02_durable.ipynb, cell crash-at
 CRASH_POINTS = ("before_intent", "after_intent", "after_effect",
                 "after_outcome", "after_observation")
@@ -639,6 +641,7 @@ def _heal(path: Path) -> None:
         os.fsync(file.fileno())
 
 
+# From chapters/02_durable.ipynb, cell journal-parse
 def _parsed(path: Path) -> list[dict[str, Any]]:
     """Every whole line of a journal file, numbered from 1 and in order."""
     *lines, _torn = path.read_bytes().split(b"\n")
@@ -879,10 +882,12 @@ def run_durably(task: str, model: Any, tools: dict[str, ToolSpec],
         return _durable_loop(run, state, model, limits)
 
 
-# From chapters/02_durable.ipynb, cell recover-run
+# From chapters/02_durable.ipynb, cell journaled-state
 def _journaled_state(data: Any) -> RunState:
     """A state from the journal, checked like a saved one."""
-    messages = data.get("messages") if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        raise ValueError("a journaled state is not an object")
+    messages = data.get("messages")
     if (isinstance(messages, list) and messages
             and isinstance(messages[-1], dict)
             and messages[-1].get("role") == "assistant"
@@ -891,17 +896,16 @@ def _journaled_state(data: Any) -> RunState:
     return _checked_state({**data, "format": RUN_STATE_FORMAT})
 
 
+# From chapters/02_durable.ipynb, cell recover-run
 def recover_run(journal: Journal, model: Any, tools: dict[str, ToolSpec],
                 gate: Gate, limits: Limits = Limits(), *, lookup: Lookup,
                 crash: CrashAt | None = None) -> RunResult:
     """Finish a run from its journal after a crash.
 
-    The run restarts from its last journaled state, under the run id of
-    the journal's first record. Every intent without an outcome is settled
-    by asking ``lookup`` whether its key was applied to this call: if so,
-    the receipt becomes the observation; if not, the call is made again
-    with the same key. ``crash`` crashes the
-    recovery itself, counting effectful calls from where it starts.
+    It restarts from the last journaled state, under the run id of the
+    first record. An intent without an outcome is settled by ``lookup``:
+    applied to this call, its receipt is the observation; not applied, the
+    call is made again with its key. ``crash`` crashes the recovery too.
     """
     with lock_journal(journal):
         records = journal.records()

@@ -26,6 +26,7 @@ from agentbook import (
     make_environment,
     make_keyed_environment,
     overreaching_model,
+    paused_from_json,
     resume_with_decisions,
     run_with_approvals,
 )
@@ -139,7 +140,7 @@ def test_a_repeated_refusal_still_stops_the_run_and_skips_the_rest() -> None:
 
 def test_a_saved_paused_run_loads_back_equal() -> None:
     paused, _, _ = paused_run()
-    assert PausedRun.from_json(paused.to_json()) == paused
+    assert paused_from_json(paused.to_json()) == paused
 
 
 def edited(paused: PausedRun, change: Any) -> str:
@@ -178,13 +179,13 @@ def change_run_id(data: dict[str, Any]) -> None:
 def test_damaged_or_edited_saves_are_refused_with_a_reason(change: Any, reason: str) -> None:
     paused, _, _ = paused_run()
     with pytest.raises(ValueError, match=reason):
-        PausedRun.from_json(edited(paused, change))
+        paused_from_json(edited(paused, change))
 
 
 @pytest.mark.parametrize("text", ["", "[1]", "{", '{"format": 1}', "null"])
 def test_text_that_is_no_paused_run_is_refused(text: str) -> None:
     with pytest.raises(ValueError, match="paused run"):
-        PausedRun.from_json(text)
+        paused_from_json(text)
 
 
 # -------------------------------------------------------------------- decisions
@@ -223,7 +224,7 @@ def test_a_denied_model_recovers_with_the_amount_paid() -> None:
 
 def test_a_loaded_run_resumes_like_the_one_that_was_saved() -> None:
     paused, effects, tools = paused_run()
-    loaded = PausedRun.from_json(paused.to_json())
+    loaded = paused_from_json(paused.to_json())
     decisions = [approve(r, "maria") for r in loaded.requests]
     result = resume_with_decisions(loaded, decisions, mixed_model(), tools, ApprovalPolicy())
     assert isinstance(result, RunResult)
@@ -280,7 +281,7 @@ def test_one_save_loaded_twice_and_approved_twice_pays_once() -> None:
     saved = paused.to_json()
     results = []
     for _ in range(2):  # two workers, or a retry, load the same save
-        copy = PausedRun.from_json(saved)
+        copy = paused_from_json(saved)
         results.append(resume_with_decisions(copy, [approve(copy.requests[0], "maria")],
                                              overreaching_model(), tools, ApprovalPolicy()))
     assert effects == [{"order_id": "A-17", "refunded_cents": 9999}]
@@ -291,7 +292,7 @@ def test_one_save_loaded_twice_and_approved_twice_pays_once() -> None:
 
 def test_a_call_changed_in_memory_after_loading_is_refused_and_pays_nothing() -> None:
     paused, effects, tools = paused_run(overreaching_model())
-    loaded = PausedRun.from_json(paused.to_json())
+    loaded = paused_from_json(paused.to_json())
     approval = approve(loaded.requests[0], "maria")
     loaded.state.messages[-1]["tool_calls"][0]["function"]["arguments"] = json.dumps(
         {"order_id": "A-17", "amount_cents": 19999})
