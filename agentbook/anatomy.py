@@ -4,9 +4,11 @@
 
 import json
 from dataclasses import dataclass, field
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
+import math
 from enum import StrEnum
+import copy
 import textwrap
 import io
 from pathlib import Path
@@ -14,6 +16,7 @@ from collections import Counter
 import threading
 import sys
 from concurrent.futures import ThreadPoolExecutor
+import re
 
 __all__ = [
     "ToolSpec",
@@ -280,6 +283,19 @@ def _text(value: Any, default: str) -> str:
     return value if isinstance(value, str) else default
 
 
+def _finite(text: str) -> float:
+    """A JSON number as a float; NaN, Infinity and 1e999 are not JSON."""
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"{text} is not a JSON number")
+    return number
+
+
+def _strict_json(text: str) -> Any:
+    """``json.loads``, refusing the non-numbers Python's parser lets in."""
+    return json.loads(text, parse_constant=_finite, parse_float=_finite)
+
+
 # From chapters/01_anatomy.ipynb, cell parse-tool-calls
 def _parse_entry(entry: Any, index: int) -> ToolCall:
     """Turn one ``tool_calls`` entry into a ToolCall, never raising."""
@@ -292,7 +308,7 @@ def _parse_entry(entry: Any, index: int) -> ToolCall:
     if problem is not None:
         return ToolCall(call_id, name, None, problem)
     try:
-        arguments = json.loads(function["arguments"])
+        arguments = _strict_json(function["arguments"])
     except (ValueError, RecursionError):  # bad JSON, or nested too deeply
         return ToolCall(call_id, name, None, "arguments were not valid JSON")
     if not isinstance(arguments, dict):
@@ -345,6 +361,14 @@ class Limits:
     max_prompt_tokens: int = 4000
     repeated_denials: int = 2
 
+    def __post_init__(self) -> None:  # a negative ceiling means nothing
+        for name, least in [("max_turns", 0), ("max_prompt_tokens", 0),
+                            ("repeated_denials", 1)]:
+            value = getattr(self, name)
+            if type(value) is not int or value < least:
+                raise ValueError(f"{name} must be a whole number of at "
+                                 f"least {least}, got {value!r}")
+
 
 # From chapters/01_anatomy.ipynb, cell observation
 @dataclass(frozen=True)
@@ -368,9 +392,11 @@ def estimate_tokens(messages: list[dict[str, Any]]) -> int:
     """Estimate a prompt's size in tokens: its JSON length divided by four.
 
     The rule is rough, but it only ever grows as the transcript grows, and
-    that is the property a budget needs.
+    that is the property a budget needs. A value JSON lacks is priced as
+    its text, so pricing a prompt never fails.
     """
-    characters = sum(len(json.dumps(message)) for message in messages)
+    characters = sum(len(json.dumps(message, default=str))
+                     for message in messages)
     return characters // 4
 
 
@@ -390,7 +416,9 @@ def execute_call(call: ToolCall, tools: dict[str, ToolSpec],
     This is the one place in the book where a handler is called on the
     model's behalf. Failures the handler is expected to have (a missing
     record, a bad value, a timeout) come back as observations; anything
-    else is a bug in our code and is allowed to crash.
+    else is a bug in our code and is allowed to crash. The handler gets
+    copies of the arguments, and the observation a copy of its outcome, so
+    the record never shares a dict with the desk.
     """
     problem = validate_call(call, tools)
     if problem is not None:
@@ -398,12 +426,13 @@ def execute_call(call: ToolCall, tools: dict[str, ToolSpec],
     allowed, reason = gate(call)
     if not allowed:
         return Observation(call.call_id, False, "denied", reason)
-    arguments = call.arguments or {}
+    arguments = copy.deepcopy(call.arguments or {})
     try:
         outcome = tools[call.name].handler(**arguments)
     except (KeyError, ValueError, TimeoutError) as failure:
         return Observation(call.call_id, False, "error", str(failure))
-    return Observation(call.call_id, True, "result", outcome)
+    return Observation(call.call_id, True, "result",
+                       copy.deepcopy(outcome))
 
 
 # From chapters/01_anatomy.ipynb, cell run-state
@@ -413,13 +442,15 @@ class RunState:
 
     ``messages`` is the wire-format transcript; ``observations`` and
     ``prompt_token_log`` (one estimate per model call) let a checker audit
-    the run afterward; ``turns`` counts model calls.
+    the run afterward; ``turns`` counts model calls; ``stop`` is how the
+    run last ended, or ``None`` while it is under way.
     """
 
     messages: list[dict[str, Any]]
     observations: list[Observation] = field(default_factory=list)
     prompt_token_log: list[int] = field(default_factory=list)
     turns: int = 0
+    stop: Stop | None = None
 
 
 @dataclass(frozen=True)
@@ -469,6 +500,8 @@ def _print_wrapped(label: str, text: str) -> None:
     message still reads as one message.
     """
     prefix = f"{label:<6} | "
+    # A lone surrogate is valid in a JSON string but cannot be printed.
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     wrapped = textwrap.fill(text, TRANSCRIPT_WIDTH, initial_indent=prefix,
                             subsequent_indent=" " * len(prefix))
     print(wrapped or prefix.rstrip())
@@ -576,19 +609,34 @@ def _fingerprint(call: ToolCall) -> str:
     return f"{call.name}:{json.dumps(call.arguments, sort_keys=True)}"
 
 
-def _denials_so_far(state: RunState) -> Counter[str]:
-    """Count the run's denied proposals by fingerprint, from its record.
+def _paired(state: RunState) -> list[tuple[ToolCall, Observation]]:
+    """Each answered call with its observation, matched by id, not place.
 
-    Every proposal gets exactly one observation, in order, so pairing the
-    transcript's proposals with the observations tells which call each
-    denial refused.
+    A tool message answers a call of the assistant message before it that
+    has its id and no answer yet; its observation is the first unused one
+    with that id. Whatever does not pair up is left out.
     """
-    proposals = [call for message in state.messages
-                 if message.get("role") == "assistant"
-                 for call in parse_tool_calls(message)]
-    pairs = zip(proposals, state.observations, strict=False)
-    return Counter(_fingerprint(call) for call, observation in pairs
-                   if observation.kind == "denied")
+    unused: dict[str, list[Observation]] = {}
+    for observation in reversed(state.observations):
+        unused.setdefault(observation.call_id, []).append(observation)
+    waiting: list[ToolCall] = []
+    pairs = []
+    for message in state.messages:
+        if message.get("role") == "assistant":
+            waiting = parse_tool_calls(message)
+        answered = message.get("tool_call_id")
+        ids = [call.call_id for call in waiting]
+        if (message.get("role") == "tool" and isinstance(answered, str)
+                and answered in ids and unused.get(answered)):
+            pairs.append((waiting.pop(ids.index(answered)),
+                          unused[answered].pop()))
+    return pairs
+
+
+def _denials_so_far(state: RunState) -> Counter[str]:
+    """Count the run's denied proposals by fingerprint, from its record."""
+    return Counter(_fingerprint(call) for call, seen in _paired(state)
+                   if seen.kind == "denied")
 
 
 # From chapters/01_anatomy.ipynb, cell act-on-message
@@ -625,26 +673,69 @@ def _act_on(state: RunState, proposals: list[ToolCall],
     return None
 
 
+# From chapters/01_anatomy.ipynb, cell ask-model
+_MAX_DEPTH = 64  # deeper nesting than any message needs
+
+
+def _json_copy(value: Any, depth: int = 0) -> tuple[Any, str | None]:
+    """``value`` copied in JSON's types; what is not (a Decimal, a tuple,
+    a NaN, a key that is not text) becomes a note, and is named second."""
+    kind = type(value)
+    if depth > _MAX_DEPTH:
+        return "(not JSON: nested too deeply)", "nesting too deep"
+    if value is None or kind in (str, int, bool) or (
+            kind is float and math.isfinite(value)):
+        return value, None
+    if kind is list or (kind is dict and all(type(k) is str for k in value)):
+        items = value.items() if kind is dict else enumerate(value)
+        copied = {key: _json_copy(item, depth + 1) for key, item in items}
+        problem = next((p for _, p in copied.values() if p), None)
+        plain = {key: item for key, (item, _) in copied.items()}
+        return (plain if kind is dict else list(plain.values())), problem
+    return f"(not JSON: {kind.__name__})", f"a {kind.__name__}"
+
+
+def _ask(model: Any, state: RunState) -> tuple[dict[str, Any], list[ToolCall]]:
+    """Call the model on a copy of the transcript; its reply and calls.
+
+    A reply holding a value JSON cannot carry is stored with a note in its
+    place, and each of its calls is made invalid. If the model raises, the
+    error carries the run, which the failed turn left untouched, as
+    ``error.state``.
+    """
+    try:
+        reply = model.chat(copy.deepcopy(state.messages))
+    except BaseException as failure:
+        failure.state = state  # type: ignore[attr-defined]
+        raise
+    plain, problem = _json_copy(reply)
+    message, why = _as_assistant_message(plain), f"the reply held {problem}"
+    return message, [ToolCall(call.call_id, call.name, None, why) if problem
+                     else call for call in parse_tool_calls(message)]
+
+
 # From chapters/01_anatomy.ipynb, cell run-agent
 def _run_loop(state: RunState, model: Any, tools: dict[str, ToolSpec],
               gate: Gate, limits: Limits) -> RunResult:
     """Propose, gate, execute, observe from ``state`` until a typed stop."""
+    state.stop, answer = None, None  # a resumed run is under way again
     denials = _denials_so_far(state)
-    while state.turns < limits.max_turns:
+    while state.stop is None and state.turns < limits.max_turns:
         size = estimate_tokens(state.messages)
         if size > limits.max_prompt_tokens:  # checked before paying for it
-            return RunResult(Stop.TOKEN_LIMIT, None, state)
-        reply = _as_assistant_message(model.chat(state.messages))
+            state.stop = Stop.TOKEN_LIMIT
+            break
+        reply, proposals = _ask(model, state)
         state.messages.append(reply)
         state.prompt_token_log.append(size)
         state.turns += 1
-        proposals = parse_tool_calls(reply)
         if not proposals:
-            return RunResult(Stop.ANSWERED, reply.get("content"), state)
-        stop = _act_on(state, proposals, tools, gate, limits, denials)
-        if stop is not None:
-            return RunResult(stop, None, state)
-    return RunResult(Stop.STEP_LIMIT, None, state)
+            state.stop, answer = Stop.ANSWERED, reply.get("content")
+        else:
+            state.stop = _act_on(state, proposals, tools, gate, limits,
+                                 denials)
+    state.stop = state.stop or Stop.STEP_LIMIT
+    return RunResult(state.stop, answer, state)
 
 
 def run_agent(task: str, model: Any, tools: dict[str, ToolSpec],
@@ -663,7 +754,7 @@ def run_agent(task: str, model: Any, tools: dict[str, ToolSpec],
 
 
 # From chapters/01_anatomy.ipynb, cell saved-state-fields
-RUN_STATE_FORMAT = "agentbook run state, version 1"
+RUN_STATE_FORMAT = "agentbook run state, version 2"
 _SAVED_FIELDS = ("format", "messages", "observations", "prompt_token_log",
                  "turns")
 _OBSERVATION_FIELDS = ("call_id", "ok", "kind", "content")
@@ -689,6 +780,16 @@ def _saved_observation(data: Any) -> Observation:
 def _is_count(value: Any) -> bool:
     """A whole number of things: an int (not a bool), zero or more."""
     return type(value) is int and value >= 0
+
+def _saved_stop(data: Any) -> tuple[dict[str, Any], Stop | None]:
+    """The saved fields but the stop, and the stop, checked to be one."""
+    _require(isinstance(data, dict) and "stop" in data, "expected an object "
+             f"with exactly the fields {(*_SAVED_FIELDS, 'stop')}")
+    stop = data["stop"]
+    _require(stop is None or stop in [s.value for s in Stop],
+             f"unknown stop {stop!r}")
+    rest = {name: value for name, value in data.items() if name != "stop"}
+    return rest, None if stop is None else Stop(stop)
 
 
 # From chapters/01_anatomy.ipynb, cell answered-once-each
@@ -744,17 +845,21 @@ def _checked_state(data: Any) -> RunState:
 
 # From chapters/01_anatomy.ipynb, cell run-state-json
 def state_from_json(text: str) -> RunState:
-    """Read back a run's state saved by ``state_to_json``.
-
-    Text that was cut short, edited or is no saved state at all raises a
-    ``ValueError`` that says what is wrong, and no state is built from it.
-    """
+    """Read back a run's state saved by ``state_to_json``. Text cut short,
+    edited or no saved state at all raises a ``ValueError`` saying why."""
     try:
-        data = json.loads(text)
+        data = _strict_json(text)
     except (ValueError, RecursionError) as failure:
         raise ValueError("saved run state is not valid JSON (cut short?): "
                          f"{failure}") from failure
-    return _checked_state(data)
+    fields, stop = _saved_stop(data)
+    try:
+        state = _checked_state(fields)
+    except RecursionError:  # nested deeper than Python's stack reaches
+        raise ValueError("saved run state is damaged: a value is nested "
+                         "too deeply") from None
+    state.stop = stop
+    return state
 
 
 def state_to_json(state: RunState) -> str:
@@ -767,7 +872,8 @@ def state_to_json(state: RunState) -> str:
                      "content": o.content} for o in state.observations]
     data = {"format": RUN_STATE_FORMAT, "messages": state.messages,
             "observations": observations,
-            "prompt_token_log": state.prompt_token_log, "turns": state.turns}
+            "prompt_token_log": state.prompt_token_log, "turns": state.turns,
+            "stop": state.stop}
     try:
         text = json.dumps(data, allow_nan=False)
         same = state_from_json(text) == state
@@ -780,18 +886,31 @@ def state_to_json(state: RunState) -> str:
 
 
 # From chapters/01_anatomy.ipynb, cell resume-agent
+def _finished(state: RunState) -> RunResult | None:
+    """The result of a run that is over, unless the user spoke since."""
+    last = state.messages[-1] if state.messages else {}
+    if last.get("role") == "assistant" and not parse_tool_calls(last):
+        state.stop = Stop.ANSWERED
+        return RunResult(Stop.ANSWERED, last.get("content"), state)
+    if state.stop is Stop.NO_PROGRESS and last.get("role") != "user":
+        return RunResult(Stop.NO_PROGRESS, None, state)
+    return None
+
+
 def resume_agent(state: RunState, model: Any, tools: dict[str, ToolSpec],
                  gate: Gate, limits: Limits = Limits()) -> RunResult:
     """Carry a saved run on from ``state``, which it extends in place.
 
+    The state is checked first, as ``state_to_json`` checks it: one that
+    could not be saved (a call left unanswered, say) raises ``ValueError``.
     The budgets in ``limits`` count the whole run, the turns and denials
-    before the pause included. A transcript that already ends in an answer
-    is a finished run, and it is returned as it is.
+    before the pause included. A run that ended ``answered`` or
+    ``no_progress`` is over: it is returned as it is, and no model is
+    asked again.
     """
-    last = state.messages[-1] if state.messages else {}
-    if last.get("role") == "assistant" and not parse_tool_calls(last):
-        return RunResult(Stop.ANSWERED, last.get("content"), state)
-    return _run_loop(state, model, tools, gate, limits)
+    state_to_json(state)  # raises ValueError for a state it would not save
+    return (_finished(state)
+            or _run_loop(state, model, tools, gate, limits))
 
 
 # From chapters/01_anatomy.ipynb, cell meter
@@ -817,7 +936,7 @@ class Meter:
         with self._lock:
             self.model_calls += 1
             self.prompt_tokens += estimate_tokens(messages)
-        reply: dict[str, Any] = model.chat(messages)
+        reply: dict[str, Any] = model.chat(copy.deepcopy(messages))
         return reply
 
     def execute(self, call: ToolCall, tools: dict[str, ToolSpec],
@@ -850,6 +969,18 @@ def _no_refund(failure: Observation) -> str:
     return f"No refund was issued: {failure.content}"
 
 
+def _reply_text(reply: Any) -> str | None:
+    """The text a model's reply holds, or None if it holds none."""
+    text = reply.get("content") if isinstance(reply, dict) else None
+    return text if isinstance(text, str) and text.strip() else None
+
+
+def _draft(reply: Any, receipt: Observation) -> str:
+    """The reply's text or, if it has none, a sentence with the receipt."""
+    return _reply_text(reply) or ("Refunded; the model sent no draft: "
+                                  f"{json.dumps(receipt.content)}")
+
+
 # From chapters/01_anatomy.ipynb, cell run-chain
 def run_chain(model: Any, tools: dict[str, ToolSpec], gate: Gate,
               meter: Meter) -> str:
@@ -857,7 +988,7 @@ def run_chain(model: Any, tools: dict[str, ToolSpec], gate: Gate,
 
     Code looks the order up and refunds what was paid; the model is asked
     only to word the sentence for the customer. If a step fails, the chain
-    stops there and says so.
+    stops there and says so; a reply with no text gets the receipt.
     """
     refund = _refund_paid_amount("c", tools, gate, meter)
     if not refund.ok:
@@ -866,7 +997,7 @@ def run_chain(model: Any, tools: dict[str, ToolSpec], gate: Gate,
     prompt = ("Draft one sentence for the customer citing this receipt: "
               f"{receipt}")
     reply = meter.chat(model, [{"role": "user", "content": prompt}])
-    return str(reply["content"])
+    return _draft(reply, refund)
 
 
 # From chapters/01_anatomy.ipynb, cell map-calls
@@ -878,7 +1009,7 @@ THREADS_AVAILABLE = sys.platform not in ("emscripten", "wasi")
 def map_calls(function: Callable[[Any], Any], items: list[Any]) -> list[Any]:
     """``function`` over ``items`` on threads where there are threads,
     else in order; the results come back in ``items`` order either way."""
-    if not THREADS_AVAILABLE:
+    if not THREADS_AVAILABLE or not items:  # no pool of zero threads
         return [function(item) for item in items]
     with ThreadPoolExecutor(max_workers=len(items)) as pool:
         return list(pool.map(function, items))
@@ -891,8 +1022,8 @@ def run_parallel(model: Any, tools: dict[str, ToolSpec], gate: Gate,
 
     The two reads run on two threads at the same time (in turn where there
     are none). ``map`` hands back their results in the order the calls were
-    listed, whichever finished
-    first, so the joined record (and the prompt) never changes. Code then
+    listed, whichever finished first, so the joined record (and the
+    prompt) never changes. Code then
     refunds what the order says was paid and asks the model once.
     """
     reads = [ToolCall("p1", "lookup_order", {"order_id": "A-17"}),
@@ -912,7 +1043,7 @@ def run_parallel(model: Any, tools: dict[str, ToolSpec], gate: Gate,
     prompt = (f"Order and policy: {json.dumps(joined)}. "
               f"Draft one sentence citing {json.dumps(receipt.content)}.")
     reply = meter.chat(model, [{"role": "user", "content": prompt}])
-    return str(reply["content"])
+    return _draft(reply, receipt)
 
 
 # From chapters/01_anatomy.ipynb, cell run-router
@@ -920,15 +1051,18 @@ def run_router(task: str, model: Any, tools: dict[str, ToolSpec], gate: Gate,
                meter: Meter) -> str:
     """Router: the model classifies once, code owns the branch after it.
 
-    A ``policy`` question is answered from the policy tool; anything else
-    is treated as billing and handed to the chain.
+    A ``policy`` question is answered from the policy tool and a
+    ``billing`` one handed to the chain; any other answer does nothing.
     """
     prompt = f"Answer 'billing' or 'policy' only. Request: {task}"
     reply = meter.chat(model, [{"role": "user", "content": prompt}])
-    if str(reply["content"]).strip() == "policy":
+    route = (_reply_text(reply) or "").strip().lower()
+    if route == "policy":
         read = ToolCall("r1", "read_policy", {})
         return f"Our policy: {meter.execute(read, tools, gate).content}"
-    return run_chain(model, tools, gate, meter)
+    if route == "billing":
+        return run_chain(model, tools, gate, meter)
+    return f"Not routed, nothing done: the model answered {route!r:.40}."
 
 
 # From chapters/01_anatomy.ipynb, cell run-evaluator
@@ -943,15 +1077,15 @@ def run_evaluator(model: Any, tools: dict[str, ToolSpec], gate: Gate,
     refund = _refund_paid_amount("e", tools, gate, meter)
     if not refund.ok:
         return _no_refund(refund)
-    amount = str(refund.content["refunded_cents"])
+    amount = str(refund.content["refunded_cents"])  # say 4999, not 14999
     receipt = json.dumps(refund.content)
     critique = ""
     draft = ""
     for _ in range(max_rounds):
         prompt = f"Draft a reply for this receipt: {receipt}.{critique}"
         message = {"role": "user", "content": prompt}
-        draft = str(meter.chat(model, [message])["content"])
-        if amount in draft:
+        draft = _reply_text(meter.chat(model, [message])) or ""
+        if amount in re.findall(r"\d+(?:\.\d+)?", draft.replace(",", "")):
             break
         critique = " Critique: the draft must state the exact refunded amount."
     return draft
@@ -969,7 +1103,7 @@ def _plan_step(index: int, step: Any) -> ToolCall:
     return ToolCall(f"s{index}", name, None, problem)
 
 
-def execute_plan(plan: list[dict[str, Any]], tools: dict[str, ToolSpec],
+def execute_plan(plan: Any, tools: dict[str, ToolSpec],
                  gate: Gate) -> tuple[list[Observation], int]:
     """Carry out a plan one gated step at a time; stop at the first failure.
 
@@ -977,6 +1111,11 @@ def execute_plan(plan: list[dict[str, Any]], tools: dict[str, ToolSpec],
     ToolCall ``s<index>``. Returns the observations of the steps that ran
     and the index of the step that failed, or ``len(plan)`` if none did.
     """
+    if isinstance(plan, Iterator):  # steps made one at a time
+        plan = list(plan)
+    if not isinstance(plan, list | tuple):
+        problem = "a plan must be a list of steps"
+        return [Observation("s0", False, "invalid", problem)], 0
     observations: list[Observation] = []
     for index, step in enumerate(plan):
         observations.append(execute_call(_plan_step(index, step), tools, gate))
@@ -986,23 +1125,42 @@ def execute_plan(plan: list[dict[str, Any]], tools: dict[str, ToolSpec],
 
 
 # From chapters/01_anatomy.ipynb, cell check-run
+def _kinds(values: list[Any]) -> Counter[str]:
+    """Count values by their JSON text, so equal receipts count together."""
+    return Counter(json.dumps(value, sort_keys=True, default=repr)
+                   for value in values)
+
+
 def check_run(result: RunResult, effects: list[dict[str, Any]],
               limits: Limits) -> dict[str, bool]:
     """Check a finished run against the loop's invariants, from its record.
 
-    ``effects_authorized``: every receipt in the effect log is the content
-    of an allowed (``ok``) observation. ``observations_correlated``: every
-    proposed call gets exactly one tool message, each answering a call
-    proposed before it. ``bounded``: at most ``max_turns`` model calls.
-    ``typed_ending``: the run ended with a ``Stop``.
+    ``effects_authorized``: each receipt in the effect log has an allowed
+    observation of its own that answers a call.
+    ``observations_correlated``: each call gets one tool message, made from
+    its observation, before the model speaks again. ``bounded``: one token
+    estimate per model call, each the transcript's and within ``limits``.
+    ``typed_ending``: the run ended with the ``Stop`` its state keeps.
     """
-    state = result.state
-    allowed = [o.content for o in state.observations if o.ok]
+    state, pairs = result.state, _paired(result.state)
+    answers = [m for m in state.messages if m.get("role") == "tool"]
+    spoken = [n for n, m in enumerate(state.messages)
+              if m.get("role") == "assistant"]
+    allowed = [seen.content for _, seen in pairs
+               if seen.ok and seen.kind == "result"]
+    log = state.prompt_token_log
     return {
-        "effects_authorized": all(receipt in allowed for receipt in effects),
-        "observations_correlated": _answered_once_each(state.messages),
-        "bounded": state.turns <= limits.max_turns,
-        "typed_ending": isinstance(result.stop, Stop),
+        "effects_authorized": _kinds(effects) <= _kinds(allowed),
+        "observations_correlated": _answered_once_each(state.messages)
+        and len(pairs) == len(answers) == len(state.observations)
+        and all(message == _tool_message(seen)
+                for message, (_, seen) in zip(answers, pairs, strict=False))
+        and all(o.ok == (o.kind == "result") for o in state.observations),
+        "bounded": state.turns == len(spoken) <= limits.max_turns
+        and log == [estimate_tokens(state.messages[:n]) for n in spoken]
+        and all(size <= limits.max_prompt_tokens for size in log),
+        "typed_ending": isinstance(result.stop, Stop)
+        and state.stop in (None, result.stop),
     }
 
 

@@ -208,7 +208,9 @@ def test_the_samples_hold_every_kind_of_observation_and_ending():
 def test_saved_text_names_its_format():
     saved = json.loads(state_to_json(SAMPLES["gated"].state))
     assert saved["format"] == RUN_STATE_FORMAT
-    assert list(saved) == ["format", "messages", "observations", "prompt_token_log", "turns"]
+    assert list(saved) == ["format", "messages", "observations", "prompt_token_log", "turns",
+                           "stop"]
+    assert saved["stop"] == "answered"
 
 
 @pytest.mark.parametrize("content", [(1, 2), {1: "a"}, float("nan"), float("inf"), object()])
