@@ -909,7 +909,8 @@ def recover_run(journal: Journal, model: Any, tools: dict[str, ToolSpec],
     """
     with lock_journal(journal):
         records = journal.records()
-        if not records or records[0].get("format") != JOURNAL_FORMAT:
+        if (not records or records[0].get("format") != JOURNAL_FORMAT
+                or not isinstance(records[0].get("run_id"), str)):
             raise ValueError(f"journal {journal.path.name} holds no run")
         states = [r["state"] for r in records if r["kind"] == "state"]
         if not states:
@@ -917,6 +918,10 @@ def recover_run(journal: Journal, model: Any, tools: dict[str, ToolSpec],
         run = _Durable(records[0]["run_id"], tools, gate, journal, crash,
                        lookup)
         for record in records:
+            if (record["kind"] in ("intent", "outcome")
+                    and not isinstance(record.get("key"), str)):
+                raise ValueError(f"journal {journal.path.name}, line "
+                                 f"{record['seq']}: a record without a key")
             if record["kind"] == "intent":
                 run.intents.add(record["key"])
             elif record["kind"] == "outcome":

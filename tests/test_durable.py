@@ -516,3 +516,41 @@ def test_recovery_after_recovery_with_a_torn_tail_each_time(tmp_path: Path) -> N
     assert result.stop == Stop.ANSWERED and [e["refunded_cents"] for e in effects] == [
         1000, 2000]
     assert [r["seq"] for r in journal.records()] == list(range(1, len(journal.records()) + 1))
+
+
+def test_a_model_that_reuses_a_call_id_still_gets_one_key_per_effect(tmp_path: Path) -> None:
+    tools, effects, lookup = make_keyed_environment()
+    turns = [message(refund("c", 100), refund("c", 200)), message(refund("c", 300)),
+             answer_message("done")]
+    journal = Journal(tmp_path / "reused.jsonl")
+    with pytest.raises(Crash):
+        run_durably(TASK, ScriptedModel(turns=turns), tools, refund_gate, journal,
+                    crash=CrashAt("after_effect", 2))
+    recover_run(journal, ScriptedModel(turns=turns), tools, refund_gate, lookup=lookup)
+    assert [e["refunded_cents"] for e in effects] == [100, 200, 300]
+    keys = [r["key"] for r in journal.records() if r["kind"] == "intent"]
+    assert len(keys) == len(set(keys)) == 3
+
+
+@pytest.mark.parametrize("damage", [
+    lambda r: r[0].pop("run_id"),
+    lambda r: r[0].update(run_id=7),
+    lambda r: next(x for x in r if x["kind"] == "intent").pop("key"),
+    lambda r: next(x for x in reversed(r) if x["kind"] == "state").update(state=5),
+])
+def test_a_journal_edited_by_hand_is_refused_with_a_reason_and_pays_nothing(
+        tmp_path: Path, damage: Any) -> None:
+    import json
+
+    tools, effects, lookup = make_keyed_environment()
+    journal = Journal(tmp_path / "edited.jsonl")
+    with pytest.raises(Crash):
+        run_durably(TASK, ScriptedModel(turns=refund_script()), tools, refund_gate, journal,
+                    crash=CrashAt("after_intent"))
+    records = journal.records()
+    damage(records)
+    journal.path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    with pytest.raises(ValueError, match="journal|state"):
+        recover_run(Journal(journal.path), ScriptedModel(turns=refund_script()), tools,
+                    refund_gate, lookup=lookup)
+    assert effects == []
