@@ -37,6 +37,7 @@ import inspect
 from collections.abc import Callable, Iterator
 import os
 from pathlib import Path
+import sys
 from contextlib import contextmanager
 from agentbook.run_explorer import RunExplorer, explore_run
 
@@ -269,8 +270,13 @@ def _approval_step(run_id: str, state: RunState, proposals: list[ToolCall],
     """Act on one message: pause for approvals, stop if stuck, or go on."""
     settled: list[Observation | None] = []
     requests: list[ApprovalRequest] = []
+    ids = Counter(call.call_id for call in proposals)
     for call in proposals:
         outcome = _settle(call, run_id, tools, policy)
+        if isinstance(outcome, ApprovalRequest) and ids[call.call_id] > 1:
+            outcome = Observation(call.call_id, False, "invalid", (
+                f"call id {call.call_id} names several calls of this "
+                "message: a decision could not say which one it answers"))
         if isinstance(outcome, ApprovalRequest):
             settled.append(None)
             requests.append(outcome)
@@ -701,11 +707,14 @@ class Journal:
 def lock_journal(journal: Journal) -> Iterator[None]:
     """Hold ``journal`` for one run or recovery; a second holder is refused.
 
-    Where the platform has no ``flock`` (Windows), nothing is locked.
+    Where there is no working ``flock`` (Windows, or Python in a browser,
+    where it succeeds without locking), nothing is locked.
     """
     try:
         import fcntl
     except ImportError:
+        fcntl = None  # type: ignore[assignment]
+    if fcntl is None or sys.platform == "emscripten":
         yield
         return
     created = not journal.path.exists()

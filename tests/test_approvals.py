@@ -375,3 +375,16 @@ def test_continuing_refuses_a_state_whose_calls_are_unanswered() -> None:
         continue_with_approvals(paused.run_id, paused.state, mixed_model(), tools,
                                 ApprovalPolicy())
     assert len(effects) == 1
+
+
+def test_a_call_that_needs_a_person_but_shares_its_id_is_invalid_not_a_stuck_request() -> None:
+    tools, effects, _ = make_keyed_environment()
+    model = ScriptedModel(turns=[message(refund("c", 7000), refund("c", 100),
+                                         refund("d", 8000)), answer_message("done")])
+    paused = run_with_approvals(TASK, model, tools, ApprovalPolicy())
+    assert isinstance(paused, PausedRun) and [r.call_id for r in paused.requests] == ["d"]
+    assert [s and s.kind for s in paused.settled] == ["invalid", "result", None]
+    result = resume_with_decisions(paused, [approve(paused.requests[0], "m")], model, tools,
+                                   ApprovalPolicy())
+    assert isinstance(result, RunResult) and [e["refunded_cents"] for e in effects] == [
+        100, 8000]
