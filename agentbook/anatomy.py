@@ -494,14 +494,12 @@ TRANSCRIPT_WIDTH = 79  # characters per printed line, the book's code column
 
 
 def _print_wrapped(label: str, text: str) -> None:
-    """Print ``text`` beside a ``label |`` column, wrapped to the width.
-
-    Continuation lines are indented under the text, so that a long
-    message still reads as one message.
-    """
-    prefix = f"{label:<6} | "
+    """Print ``text`` beside a ``label |`` column, wrapped to the width,
+    continuation lines indented so that a long message reads as one."""
     # A lone surrogate is valid in a JSON string but cannot be printed.
-    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    label, text = (part.encode("utf-8", "backslashreplace").decode()
+                   for part in (label, text))
+    prefix = f"{label:<6} | "
     wrapped = textwrap.fill(text, TRANSCRIPT_WIDTH, initial_indent=prefix,
                             subsequent_indent=" " * len(prefix))
     print(wrapped or prefix.rstrip())
@@ -612,12 +610,12 @@ def _fingerprint(call: ToolCall) -> str:
 def _paired(state: RunState) -> list[tuple[ToolCall, Observation]]:
     """Each answered call with its observation, matched by id, not place.
 
-    A tool message answers a call of the assistant message before it that
-    has its id and no answer yet; its observation is the first unused one
-    with that id. Whatever does not pair up is left out.
+    A tool message answers the first call before it, since the model last
+    spoke, that has its id and no answer yet; its observation is an unused
+    one that makes exactly this message. What does not pair is left out.
     """
     unused: dict[str, list[Observation]] = {}
-    for observation in reversed(state.observations):
+    for observation in state.observations:
         unused.setdefault(observation.call_id, []).append(observation)
     waiting: list[ToolCall] = []
     pairs = []
@@ -626,10 +624,13 @@ def _paired(state: RunState) -> list[tuple[ToolCall, Observation]]:
             waiting = parse_tool_calls(message)
         answered = message.get("tool_call_id")
         ids = [call.call_id for call in waiting]
-        if (message.get("role") == "tool" and isinstance(answered, str)
-                and answered in ids and unused.get(answered)):
-            pairs.append((waiting.pop(ids.index(answered)),
-                          unused[answered].pop()))
+        if message.get("role") != "tool" or answered not in ids:
+            continue
+        mine = unused.get(answered, [])
+        seen = next((o for o in mine if _tool_message(o) == message), None)
+        if seen is not None:
+            mine.remove(seen)
+            pairs.append((waiting.pop(ids.index(answered)), seen))
     return pairs
 
 
@@ -682,9 +683,10 @@ def _json_copy(value: Any, depth: int = 0) -> tuple[Any, str | None]:
     a NaN, a key that is not text) becomes a note, and is named second."""
     kind = type(value)
     if depth > _MAX_DEPTH:
-        return "(not JSON: nested too deeply)", "nesting too deep"
-    if value is None or kind in (str, int, bool) or (
-            kind is float and math.isfinite(value)):
+        return "(not JSON: nested too deeply)", "a value nested too deeply"
+    number = (kind is int and value.bit_length() < 14_000  # 4,300 digits
+              or kind is float and math.isfinite(value))
+    if value is None or kind in (str, bool) or number:
         return value, None
     if kind is list or (kind is dict and all(type(k) is str for k in value)):
         items = value.items() if kind is dict else enumerate(value)
@@ -692,7 +694,7 @@ def _json_copy(value: Any, depth: int = 0) -> tuple[Any, str | None]:
         problem = next((p for _, p in copied.values() if p), None)
         plain = {key: item for key, (item, _) in copied.items()}
         return (plain if kind is dict else list(plain.values())), problem
-    return f"(not JSON: {kind.__name__})", f"a {kind.__name__}"
+    return f"(not JSON: {kind.__name__})", f"a value of type {kind.__name__}"
 
 
 def _ask(model: Any, state: RunState) -> tuple[dict[str, Any], list[ToolCall]]:
@@ -700,8 +702,7 @@ def _ask(model: Any, state: RunState) -> tuple[dict[str, Any], list[ToolCall]]:
 
     A reply holding a value JSON cannot carry is stored with a note in its
     place, and each of its calls is made invalid. If the model raises, the
-    error carries the run, which the failed turn left untouched, as
-    ``error.state``.
+    error carries the run, untouched by the failed turn, as ``.state``.
     """
     try:
         reply = model.chat(copy.deepcopy(state.messages))
@@ -1153,8 +1154,6 @@ def check_run(result: RunResult, effects: list[dict[str, Any]],
         "effects_authorized": _kinds(effects) <= _kinds(allowed),
         "observations_correlated": _answered_once_each(state.messages)
         and len(pairs) == len(answers) == len(state.observations)
-        and all(message == _tool_message(seen)
-                for message, (_, seen) in zip(answers, pairs, strict=False))
         and all(o.ok == (o.kind == "result") for o in state.observations),
         "bounded": state.turns == len(spoken) <= limits.max_turns
         and log == [estimate_tokens(state.messages[:n]) for n in spoken]

@@ -640,3 +640,66 @@ def test_check_run_and_the_token_estimate_never_raise_on_a_value_json_lacks():
     assert estimate_tokens(state.messages) > 0
     report = check_run(replace(result, state=state), effects, Limits())
     assert report["bounded"] is False  # the transcript no longer prices as logged
+
+
+def test_an_integer_too_long_for_json_text_is_answered_invalid():
+    reply = {**tool_call_message("c", "refund_order", PAID), "content": 10**5000}
+    tools, effects = make_environment()
+    result = run_agent(TASK, ScriptedModel(turns=[reply]), tools, refund_gate)
+    assert effects == []
+    assert result.state.observations[0].content == "the reply held a value of type int"
+    state_to_json(result.state)
+
+
+def test_answers_to_calls_sharing_an_id_may_trade_places_without_a_verdict_changing():
+    """With one id for two calls, the record cannot say which answer is whose."""
+    message = message_of(one_call("p", "lookup_order", LOOKUP),
+                         one_call("p", "read_policy", {}))
+    tools, effects = make_environment()
+    result = run_agent(TASK, ScriptedModel(turns=[message]), tools, refund_gate)
+    swapped = copy.deepcopy(result.state)
+    swapped.messages[3], swapped.messages[4] = swapped.messages[4], swapped.messages[3]
+    assert check_run(replace(result, state=swapped), effects, Limits()) == check_run(
+        result, effects, Limits())
+
+
+# --------------------- replies with Python values JSON cannot carry, at random
+
+ODD_VALUES = st.sampled_from([Decimal("1"), b"x", (1,), frozenset({1}), float("nan"),
+                              float("inf"), 10**5000, datetime(2026, 1, 1), {1: 2}])
+PLAIN_VALUES = st.none() | st.booleans() | st.integers(-5, 5) | st.text("ab", max_size=3)
+
+
+def sprinkled(value: Any, odd: Any, where: int) -> tuple[Any, int]:
+    """``value`` with ``odd`` put in place of its leaf number ``where``, if it has one."""
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            out[key], where = sprinkled(item, odd, where)
+        return out, where
+    if isinstance(value, list):
+        items = []
+        for item in value:
+            replaced, where = sprinkled(item, odd, where)
+            items.append(replaced)
+        return items, where
+    return (odd, -1) if where == 0 else (value, where - 1)
+
+
+@settings(max_examples=80, deadline=None)
+@given(amounts=st.lists(st.sampled_from([100, 4999, 9999]), min_size=1, max_size=3),
+       odd=ODD_VALUES, where=st.integers(0, 30), thought=PLAIN_VALUES)
+def test_a_value_json_cannot_carry_anywhere_in_a_reply_moves_no_money(
+        amounts, odd, where, thought):
+    calls = [one_call(f"c{n}", "refund_order", {"order_id": "A-17", "amount_cents": a})
+             for n, a in enumerate(amounts)]
+    reply, left = sprinkled({**message_of(*calls), "content": thought}, odd, where)
+    tools, effects = make_environment()
+    result = run_agent(TASK, ScriptedModel(turns=[reply]), tools, refund_gate)
+    if left == -1:  # the odd value went in: nothing of this reply ran
+        event("odd value placed")
+        assert effects == []
+        assert {o.kind for o in result.state.observations} <= {"invalid"}
+    assert isinstance(result.stop, Stop)
+    assert state_from_json(state_to_json(result.state)) == result.state
+    assert all(check_run(result, effects, Limits()).values())

@@ -19,6 +19,9 @@ def test_q1b_effects_q1_is_this_runs_desk(result_q1, effects_q1):
     """Every receipt in effects_q1 was produced by this run: the run used that desk."""
     assert result_q1 is not ..., 'not answered yet: replace the ... with your call to run_agent'
     produced = [observation.content for observation in result_q1.state.observations]
-    strays = [entry for entry in effects_q1 if not any([entry is item for item in produced])]
+    strays = list(effects_q1)
+    for item in produced:
+        if item in strays:
+            strays.remove(item)
     assert not strays, f"expected effects_q1 to hold only this run's receipts; found {strays} from another run: give run_agent tools_q1, the desk whose effect log is effects_q1"
 
