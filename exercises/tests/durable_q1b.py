@@ -22,7 +22,7 @@ def test_q1b_effects_q1_is_this_runs_desk(paused_q1, effects_q1):
     settled = getattr(paused_q1, 'settled', None)
     state = getattr(paused_q1, 'state', None)
     seen = settled if settled is not None else getattr(state, 'observations', [])
-    produced = sorted((json.dumps(o.content, sort_keys=True) for o in seen if o and o.ok and isinstance(o.content, dict) and ('refunded_cents' in o.content)))
-    logged = sorted((json.dumps(entry, sort_keys=True) for entry in effects_q1))
+    produced = sorted([json.dumps(o.content, sort_keys=True) for o in seen if o and o.ok and isinstance(o.content, dict) and ('refunded_cents' in o.content)])
+    logged = sorted([json.dumps(entry, sort_keys=True) for entry in effects_q1])
     assert logged == produced, f"expected effects_q1 to hold exactly this run's receipts {produced}; found {logged}: give run_with_approvals tools_q1, the desk whose effect log is effects_q1"
 
