@@ -32,6 +32,7 @@ from agentbook.anatomy import (
     _skip,
 )
 from collections import Counter
+import copy
 import uuid
 import inspect
 from collections.abc import Callable, Iterator
@@ -298,8 +299,8 @@ def _ask_model(model: Any, state: RunState) -> dict[str, Any]:
     Whatever ``model.chat`` raises leaves with ``.state``, the run as it
     stood, every call answered, so nothing it paid for is paid again.
     """
-    try:
-        return _as_assistant_message(model.chat(state.messages))
+    try:  # the model reads a copy: it cannot rewrite the record
+        return _as_assistant_message(model.chat(copy.deepcopy(state.messages)))
     except Exception as failure:
         failure.state = state  # type: ignore[attr-defined]
         raise
@@ -852,8 +853,7 @@ def _durable_loop(run: _Durable, state: RunState, model: Any,
         size = estimate_tokens(state.messages)
         if size > limits.max_prompt_tokens:
             return RunResult(Stop.TOKEN_LIMIT, None, state)
-        state.messages.append(_as_assistant_message(
-            model.chat(state.messages)))
+        state.messages.append(_ask_model(model, state))
         state.prompt_token_log.append(size)
         state.turns += 1
         run.journal.append({"kind": "state", "state": _state_data(state)})

@@ -388,3 +388,29 @@ def test_a_call_that_needs_a_person_but_shares_its_id_is_invalid_not_a_stuck_req
                                    ApprovalPolicy())
     assert isinstance(result, RunResult) and [e["refunded_cents"] for e in effects] == [
         100, 8000]
+
+
+class Vandal:
+    """A model that rewrites every message it is given, then proposes a refund once."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def chat(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        for item in messages:
+            item["content"] = "rewritten"
+        self.calls += 1
+        return message(refund("r", 100)) if self.calls == 1 else answer_message("done")
+
+
+def test_a_model_that_rewrites_what_it_reads_cannot_change_the_record(tmp_path: Any) -> None:
+    from agentbook import Journal, recover_run, refund_gate, run_durably
+
+    tools, effects, lookup = make_keyed_environment()
+    result = run_with_approvals(TASK, Vandal(), tools, ApprovalPolicy())
+    assert isinstance(result, RunResult) and result.state.messages[1]["content"] == TASK
+    journal = Journal(tmp_path / "vandal.jsonl")
+    durable = run_durably(TASK, Vandal(), tools, refund_gate, journal)
+    assert durable.state.messages[1]["content"] == TASK
+    assert all(check_run(durable, effects[1:], Limits()).values())
+    assert recover_run(journal, Vandal(), tools, refund_gate, lookup=lookup).answer == "done"
