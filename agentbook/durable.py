@@ -32,9 +32,14 @@ from agentbook.anatomy import (
     _skip,
 )
 from collections import Counter
-from collections.abc import Callable
+import copy
+import uuid
+import inspect
+from collections.abc import Callable, Iterator
 import os
 from pathlib import Path
+import sys
+from contextlib import contextmanager
 from agentbook.run_explorer import RunExplorer, explore_run
 
 __all__ = [
@@ -48,18 +53,24 @@ __all__ = [
     "PAUSED_FORMAT",
     "PausedRun",
     "run_with_approvals",
+    "continue_with_approvals",
+    "Lookup",
+    "make_keyed_environment",
     "resume_with_decisions",
+    "paused_from_json",
     "CRASH_POINTS",
     "Crash",
     "CrashAt",
-    "Lookup",
-    "make_keyed_environment",
     "Journal",
+    "lock_journal",
     "JOURNAL_FORMAT",
     "run_durably",
     "recover_run",
     "TRACE_ORIGIN_NS",
     "TRACE_TICK_NS",
+    "SCRIPTED_PROVIDER",
+    "SCRIPTED_MODEL",
+    "ESTIMATED_INPUT_TOKENS",
     "run_spans",
     "spans_to_otlp_json",
     "trace_to_run",
@@ -189,6 +200,306 @@ def _request_data(r: ApprovalRequest) -> dict[str, Any]:
             "reason": r.reason}
 
 
+# From chapters/02_durable.ipynb, cell paused-run
+@dataclass
+class PausedRun:
+    """A run stopped at a message whose calls include some to approve.
+
+    ``state`` ends with that assistant message, its calls unanswered.
+    ``settled`` has one entry per call of the message, in order: the
+    observation of a call already handled, or None for a call waiting in
+    ``requests``.
+    """
+
+    run_id: str
+    state: RunState
+    settled: list[Observation | None]
+    requests: list[ApprovalRequest] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        """The paused run as JSON text, for a reviewer who answers later."""
+        return json.dumps({
+            "format": PAUSED_FORMAT, "run_id": self.run_id,
+            "state": _state_data(self.state),
+            "settled": [None if o is None else _observation_data(o)
+                        for o in self.settled],
+            "requests": [_request_data(r) for r in self.requests]},
+            allow_nan=False)
+
+
+# From chapters/02_durable.ipynb, cell approval-settle
+def _settle(call: ToolCall, run_id: str, tools: dict[str, ToolSpec],
+            policy: ApprovalPolicy) -> Observation | ApprovalRequest:
+    """Handle one call as the policy says, or hold it for a person."""
+    problem = validate_call(call, tools)
+    if problem is not None:
+        return Observation(call.call_id, False, "invalid", problem)
+    verdict, reason = policy.classify(call, tools)
+    if verdict == "deny":
+        return Observation(call.call_id, False, "denied", reason)
+    if verdict == "allow":
+        return execute_call(call, tools, allow_all)
+    arguments = call.arguments or {}
+    digest = call_digest(run_id, call.call_id, call.name, arguments)
+    return ApprovalRequest(call.call_id, call.name, arguments, digest, reason)
+
+
+def _stuck(call: ToolCall, observation: Observation, limits: Limits,
+           denials: Counter[str]) -> bool:
+    """Count a denial; say whether this proposal is now denied too often."""
+    if observation.kind != "denied":
+        return False
+    denials[_fingerprint(call)] += 1
+    return denials[_fingerprint(call)] >= limits.repeated_denials
+
+
+def _close(state: RunState, proposals: list[ToolCall],
+           settled: list[Observation | None], stop: Stop | None) -> None:
+    """Record a message's observations in call order, skipping the rest."""
+    reason = f"not run: the run stopped ({stop}) before this call"
+    for position, call in enumerate(proposals):
+        seen = settled[position] if position < len(settled) else None
+        _record(state, seen or Observation(call.call_id, False, "skipped",
+                                           reason))
+
+
+# From chapters/02_durable.ipynb, cell approval-loop
+def _approval_step(run_id: str, state: RunState, proposals: list[ToolCall],
+                   tools: dict[str, ToolSpec], policy: ApprovalPolicy,
+                   limits: Limits, denials: Counter[str],
+                   ) -> PausedRun | Stop | None:
+    """Act on one message: pause for approvals, stop if stuck, or go on."""
+    settled: list[Observation | None] = []
+    requests: list[ApprovalRequest] = []
+    ids = Counter(call.call_id for call in proposals)
+    for call in proposals:
+        outcome = _settle(call, run_id, tools, policy)
+        if isinstance(outcome, ApprovalRequest) and ids[call.call_id] > 1:
+            outcome = Observation(call.call_id, False, "invalid", (
+                f"call id {call.call_id} names several calls of this "
+                "message: a decision could not say which one it answers"))
+        if isinstance(outcome, ApprovalRequest):
+            settled.append(None)
+            requests.append(outcome)
+            continue
+        settled.append(outcome)
+        if _stuck(call, outcome, limits, denials):
+            _close(state, proposals, settled, Stop.NO_PROGRESS)
+            return Stop.NO_PROGRESS
+    if requests:
+        return PausedRun(run_id, state, settled, requests)
+    _close(state, proposals, settled, None)
+    return None
+
+
+# From chapters/02_durable.ipynb, cell approval-loop-itself
+def _ask_model(model: Any, state: RunState) -> dict[str, Any]:
+    """The model's next message; a failure carries the run with it.
+
+    Whatever ``model.chat`` raises leaves with ``.state``, the run as it
+    stood, every call answered, so nothing it paid for is paid again.
+    """
+    try:  # the model reads a copy: it cannot rewrite the record
+        return _as_assistant_message(model.chat(copy.deepcopy(state.messages)))
+    except Exception as failure:
+        failure.state = state  # type: ignore[attr-defined]
+        raise
+
+
+def _approval_loop(run_id: str, state: RunState, model: Any,
+                   tools: dict[str, ToolSpec], policy: ApprovalPolicy,
+                   limits: Limits) -> RunResult | PausedRun:
+    """Chapter 1's loop, whose message step may pause for a person."""
+    denials = _denials_so_far(state)
+    while state.turns < limits.max_turns:
+        size = estimate_tokens(state.messages)
+        if size > limits.max_prompt_tokens:
+            return RunResult(Stop.TOKEN_LIMIT, None, state)
+        reply = _ask_model(model, state)
+        state.messages.append(reply)
+        state.prompt_token_log.append(size)
+        state.turns += 1
+        proposals = parse_tool_calls(reply)
+        if not proposals:
+            return RunResult(Stop.ANSWERED, reply.get("content"), state)
+        outcome = _approval_step(run_id, state, proposals, tools, policy,
+                                 limits, denials)
+        if isinstance(outcome, PausedRun):
+            return outcome
+        if outcome is not None:
+            return RunResult(outcome, None, state)
+    return RunResult(Stop.STEP_LIMIT, None, state)
+
+
+# From chapters/02_durable.ipynb, cell run-with-approvals
+def run_with_approvals(task: str, model: Any, tools: dict[str, ToolSpec],
+                       policy: ApprovalPolicy, limits: Limits = Limits(),
+                       *, run_id: str | None = None,
+                       system_prompt: str = SYSTEM_PROMPT,
+                       ) -> RunResult | PausedRun:
+    """Run a task; pause when a message holds calls that need a person.
+
+    The run id goes into every request's digest, so an approval given in
+    one run cannot be spent in another. It is random unless given; the
+    book gives fixed ones where its printed outputs must not change.
+    """
+    state = RunState(messages=[{"role": "system", "content": system_prompt},
+                               {"role": "user", "content": task}])
+    run_id = run_id or f"run-{uuid.uuid4().hex}"
+    return _approval_loop(run_id, state, model, tools, policy, limits)
+
+
+def continue_with_approvals(run_id: str, state: RunState, model: Any,
+                            tools: dict[str, ToolSpec],
+                            policy: ApprovalPolicy, limits: Limits = Limits(),
+                            ) -> RunResult | PausedRun:
+    """Carry on a run whose model call failed, from the failure's ``.state``.
+
+    The state must be a whole one (every call answered), as Chapter 1
+    checks it; one that ends in an answer is finished and is refused.
+    """
+    checked = _checked_state({**_state_data(state),
+                              "format": RUN_STATE_FORMAT})
+    last = checked.messages[-1]
+    if last.get("role") == "assistant" and not parse_tool_calls(last):
+        raise ValueError("this run has finished: there is nothing to carry on")
+    return _approval_loop(run_id, state, model, tools, policy, limits)
+
+
+# From chapters/02_durable.ipynb, cell keyed-imports
+Lookup = Callable[[str], Any]
+
+
+def _takes_key(spec: ToolSpec) -> bool:
+    """Whether the tool's handler accepts an ``idempotency_key``."""
+    return "idempotency_key" in inspect.signature(spec.handler).parameters
+
+
+# From chapters/02_durable.ipynb, cell keyed-environment
+def make_keyed_environment() -> tuple[dict[str, ToolSpec],
+                                      list[dict[str, Any]], Lookup]:
+    """Chapter 1's desk, whose refunds honor an idempotency key.
+
+    ``refund_order`` takes a keyword ``idempotency_key`` that the model
+    never sees (it is not in the schema). A key is applied at most once: a
+    repeat returns the first receipt and appends nothing, and a key reused
+    for another refund is a ValueError. ``lookup(key)`` returns the
+    arguments and receipt recorded under a key, or None if none was.
+    """
+    tools, effects = make_environment()
+    applied: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+
+    def refund_order(order_id: str, amount_cents: int, *,
+                     idempotency_key: str | None = None) -> dict[str, Any]:
+        asked = {"order_id": order_id, "amount_cents": amount_cents}
+        if idempotency_key is not None and idempotency_key in applied:
+            first, receipt = applied[idempotency_key]
+            if first != asked:
+                raise ValueError(f"idempotency key {idempotency_key} was "
+                                 "used for another refund")
+            return receipt
+        effects.append({"order_id": order_id,
+                        "refunded_cents": amount_cents})
+        if idempotency_key is not None:
+            applied[idempotency_key] = (asked, effects[-1])
+        return effects[-1]
+
+    def lookup(key: str) -> dict[str, Any] | None:
+        if key not in applied:
+            return None
+        asked, receipt = applied[key]
+        return {"arguments": asked, "receipt": receipt}
+
+    tools["refund_order"] = replace(tools["refund_order"],
+                                    handler=refund_order)
+    return tools, effects, lookup
+
+
+# From chapters/02_durable.ipynb, cell resume-with-decisions
+def _matched(paused: PausedRun,
+             decisions: list[ApprovalDecision]) -> dict[str, ApprovalDecision]:
+    """Pair each decision with its request; refuse any mismatch."""
+    pending = {request.call_id: request for request in paused.requests}
+    chosen: dict[str, ApprovalDecision] = {}
+    for decision in decisions:
+        if not isinstance(decision, ApprovalDecision):
+            raise ValueError(f"not a decision: {decision!r}")
+        request = pending.get(decision.call_id)
+        if request is None or request.digest != decision.digest:
+            raise ValueError(f"the decision for {decision.call_id} matches "
+                             "no request of this paused run")
+        if decision.call_id in chosen:
+            raise ValueError(f"request {decision.call_id} is decided twice")
+        chosen[decision.call_id] = decision
+    missing = [call_id for call_id in pending if call_id not in chosen]
+    if missing:
+        raise ValueError(f"no decision for {', '.join(missing)}")
+    return chosen
+
+
+def _decided(call: ToolCall, decision: ApprovalDecision,
+             tools: dict[str, ToolSpec]) -> Observation:
+    """Run an approved call under its approval's key; deny the others."""
+    if not decision.approved:
+        return Observation(call.call_id, False, "denied",
+                           f"{decision.reviewer} denied it: {decision.reason}")
+    spec = tools[call.name]
+    key = f"approval/{decision.digest}"  # every replay sends the same key
+    keyed = replace(spec, handler=lambda **a: spec.handler(
+        **a, idempotency_key=key))
+    return execute_call(call, {call.name: keyed}, allow_all)
+
+
+# From chapters/02_durable.ipynb, cell approved-calls
+def _approved_calls(paused: PausedRun, chosen: dict[str, ApprovalDecision],
+                    tools: dict[str, ToolSpec]) -> list[ToolCall]:
+    """The pending message's calls, each waiting one exactly as decided."""
+    proposals = parse_tool_calls(paused.state.messages[-1])
+    if (paused.state.messages[-1].get("role") != "assistant"
+            or len(proposals) != len(paused.settled)):
+        raise ValueError("this paused run has been resumed already")
+    shown = {r.call_id: (r.name, r.arguments) for r in paused.requests}
+    for call, seen in zip(proposals, paused.settled, strict=True):
+        if seen is not None:
+            continue
+        decision = chosen.get(call.call_id)
+        digest = call_digest(paused.run_id, call.call_id, call.name,
+                             call.arguments or {})
+        if (decision is None or decision.digest != digest
+                or shown.get(call.call_id) != (call.name, call.arguments)):
+            raise ValueError(f"call {call.call_id} is not the call that "
+                             "was decided: its digest differs")
+        if decision.approved and not _takes_key(tools[call.name]):
+            raise ValueError(f"{call.name} takes no idempotency key: an "
+                             "approval could be spent twice")
+    return proposals
+
+
+# From chapters/02_durable.ipynb, cell resume-loop
+def resume_with_decisions(paused: PausedRun,
+                          decisions: list[ApprovalDecision], model: Any,
+                          tools: dict[str, ToolSpec], policy: ApprovalPolicy,
+                          limits: Limits = Limits()) -> RunResult | PausedRun:
+    """Apply one decision per request, then carry the run on.
+
+    Every decision must match a request, and every waiting call its
+    decision's digest, recomputed here; otherwise ValueError, before any
+    call runs. An approved call is sent with a key made from its digest.
+    """
+    chosen = _matched(paused, decisions)
+    proposals = _approved_calls(paused, chosen, tools)
+    state = paused.state
+    settled = [seen or _decided(call, chosen[call.call_id], tools)
+               for call, seen in zip(proposals, paused.settled, strict=True)]
+    _close(state, proposals, list(settled), None)
+    denials = _denials_so_far(state)
+    if any(seen.kind == "denied"
+           and denials[_fingerprint(call)] >= limits.repeated_denials
+           for call, seen in zip(proposals, settled, strict=True)):
+        return RunResult(Stop.NO_PROGRESS, None, state)
+    return _approval_loop(paused.run_id, state, model, tools, policy, limits)
+
+
 # From chapters/02_durable.ipynb, cell saved-text
 def _loaded(text: str, what: str) -> Any:
     """Parse saved JSON, or say that it is not JSON."""
@@ -279,201 +590,9 @@ def _checked_paused(data: Any) -> tuple[str, RunState,
     return data["run_id"], state, settled, checked
 
 
-# From chapters/02_durable.ipynb, cell paused-run
-@dataclass
-class PausedRun:
-    """A run stopped at a message whose calls include some to approve.
-
-    ``state`` ends with that assistant message, its calls unanswered.
-    ``settled`` has one entry per call of the message, in order: the
-    observation of a call already handled, or None for a call waiting in
-    ``requests``.
-    """
-
-    run_id: str
-    state: RunState
-    settled: list[Observation | None]
-    requests: list[ApprovalRequest] = field(default_factory=list)
-
-    def to_json(self) -> str:
-        """The paused run as JSON text, for a reviewer who answers later."""
-        return json.dumps({
-            "format": PAUSED_FORMAT, "run_id": self.run_id,
-            "state": _state_data(self.state),
-            "settled": [None if o is None else _observation_data(o)
-                        for o in self.settled],
-            "requests": [_request_data(r) for r in self.requests]},
-            allow_nan=False)
-
-    @classmethod
-    def from_json(cls, text: str) -> "PausedRun":
-        """Read a paused run back; a damaged or edited save raises."""
-        return cls(*_checked_paused(_loaded(text, "paused run")))
-
-
-# From chapters/02_durable.ipynb, cell approval-settle
-def _settle(call: ToolCall, run_id: str, tools: dict[str, ToolSpec],
-            policy: ApprovalPolicy) -> Observation | ApprovalRequest:
-    """Handle one call as the policy says, or hold it for a person."""
-    problem = validate_call(call, tools)
-    if problem is not None:
-        return Observation(call.call_id, False, "invalid", problem)
-    verdict, reason = policy.classify(call, tools)
-    if verdict == "deny":
-        return Observation(call.call_id, False, "denied", reason)
-    if verdict == "allow":
-        return execute_call(call, tools, allow_all)
-    arguments = call.arguments or {}
-    digest = call_digest(run_id, call.call_id, call.name, arguments)
-    return ApprovalRequest(call.call_id, call.name, arguments, digest, reason)
-
-
-def _stuck(call: ToolCall, observation: Observation, limits: Limits,
-           denials: Counter[str]) -> bool:
-    """Count a denial; say whether this proposal is now denied too often."""
-    if observation.kind != "denied":
-        return False
-    denials[_fingerprint(call)] += 1
-    return denials[_fingerprint(call)] >= limits.repeated_denials
-
-
-def _close(state: RunState, proposals: list[ToolCall],
-           settled: list[Observation | None], stop: Stop | None) -> None:
-    """Record a message's observations in call order, skipping the rest."""
-    reason = f"not run: the run stopped ({stop}) before this call"
-    for position, call in enumerate(proposals):
-        seen = settled[position] if position < len(settled) else None
-        _record(state, seen or Observation(call.call_id, False, "skipped",
-                                           reason))
-
-
-# From chapters/02_durable.ipynb, cell approval-loop
-def _approval_step(run_id: str, state: RunState, proposals: list[ToolCall],
-                   tools: dict[str, ToolSpec], policy: ApprovalPolicy,
-                   limits: Limits, denials: Counter[str],
-                   ) -> PausedRun | Stop | None:
-    """Act on one message: pause for approvals, stop if stuck, or go on."""
-    settled: list[Observation | None] = []
-    requests: list[ApprovalRequest] = []
-    for call in proposals:
-        outcome = _settle(call, run_id, tools, policy)
-        if isinstance(outcome, ApprovalRequest):
-            settled.append(None)
-            requests.append(outcome)
-            continue
-        settled.append(outcome)
-        if _stuck(call, outcome, limits, denials):
-            _close(state, proposals, settled, Stop.NO_PROGRESS)
-            return Stop.NO_PROGRESS
-    if requests:
-        return PausedRun(run_id, state, settled, requests)
-    _close(state, proposals, settled, None)
-    return None
-
-
-# From chapters/02_durable.ipynb, cell approval-loop-itself
-def _approval_loop(run_id: str, state: RunState, model: Any,
-                   tools: dict[str, ToolSpec], policy: ApprovalPolicy,
-                   limits: Limits) -> RunResult | PausedRun:
-    """Chapter 1's loop, whose message step may pause for a person."""
-    denials = _denials_so_far(state)
-    while state.turns < limits.max_turns:
-        size = estimate_tokens(state.messages)
-        if size > limits.max_prompt_tokens:
-            return RunResult(Stop.TOKEN_LIMIT, None, state)
-        reply = _as_assistant_message(model.chat(state.messages))
-        state.messages.append(reply)
-        state.prompt_token_log.append(size)
-        state.turns += 1
-        proposals = parse_tool_calls(reply)
-        if not proposals:
-            return RunResult(Stop.ANSWERED, reply.get("content"), state)
-        outcome = _approval_step(run_id, state, proposals, tools, policy,
-                                 limits, denials)
-        if isinstance(outcome, PausedRun):
-            return outcome
-        if outcome is not None:
-            return RunResult(outcome, None, state)
-    return RunResult(Stop.STEP_LIMIT, None, state)
-
-
-# From chapters/02_durable.ipynb, cell run-with-approvals
-def run_with_approvals(task: str, model: Any, tools: dict[str, ToolSpec],
-                       policy: ApprovalPolicy, limits: Limits = Limits(),
-                       *, run_id: str | None = None,
-                       system_prompt: str = SYSTEM_PROMPT,
-                       ) -> RunResult | PausedRun:
-    """Run a task; pause when a message holds calls that need a person.
-
-    The run id goes into every request's digest. By default it is derived
-    from the opening messages, which keeps the book's outputs the same on
-    every run; a service would draw a random one (``uuid.uuid4()``).
-    """
-    state = RunState(messages=[{"role": "system", "content": system_prompt},
-                               {"role": "user", "content": task}])
-    if run_id is None:
-        opening = json.dumps(state.messages, sort_keys=True).encode()
-        run_id = "run-" + hashlib.sha256(opening).hexdigest()[:12]
-    return _approval_loop(run_id, state, model, tools, policy, limits)
-
-
-# From chapters/02_durable.ipynb, cell resume-with-decisions
-def _matched(paused: PausedRun,
-             decisions: list[ApprovalDecision]) -> dict[str, ApprovalDecision]:
-    """Pair each decision with its request; refuse any mismatch."""
-    pending = {request.call_id: request for request in paused.requests}
-    chosen: dict[str, ApprovalDecision] = {}
-    for decision in decisions:
-        if not isinstance(decision, ApprovalDecision):
-            raise ValueError(f"not a decision: {decision!r}")
-        request = pending.get(decision.call_id)
-        if request is None or request.digest != decision.digest:
-            raise ValueError(f"the decision for {decision.call_id} matches "
-                             "no request of this paused run")
-        if decision.call_id in chosen:
-            raise ValueError(f"request {decision.call_id} is decided twice")
-        chosen[decision.call_id] = decision
-    missing = [call_id for call_id in pending if call_id not in chosen]
-    if missing:
-        raise ValueError(f"no decision for {', '.join(missing)}")
-    return chosen
-
-
-def _decided(call: ToolCall, decision: ApprovalDecision,
-             tools: dict[str, ToolSpec]) -> Observation:
-    """Run an approved call once; turn a denied one into its reason."""
-    if decision.approved:
-        return execute_call(call, tools, allow_all)
-    return Observation(call.call_id, False, "denied",
-                       f"{decision.reviewer} denied it: {decision.reason}")
-
-
-# From chapters/02_durable.ipynb, cell resume-loop
-def resume_with_decisions(paused: PausedRun,
-                          decisions: list[ApprovalDecision], model: Any,
-                          tools: dict[str, ToolSpec], policy: ApprovalPolicy,
-                          limits: Limits = Limits()) -> RunResult | PausedRun:
-    """Apply one decision per request, then carry the run on.
-
-    A decision for no pending request, a request left undecided or one
-    decided twice raises ValueError, and so does a paused run that was
-    resumed already: an approved call runs once.
-    """
-    chosen = _matched(paused, decisions)
-    state = paused.state
-    proposals = parse_tool_calls(state.messages[-1])
-    if (state.messages[-1].get("role") != "assistant"
-            or len(proposals) != len(paused.settled)):
-        raise ValueError("this paused run has been resumed already")
-    settled = [seen or _decided(call, chosen[call.call_id], tools)
-               for call, seen in zip(proposals, paused.settled, strict=True)]
-    _close(state, proposals, list(settled), None)
-    denials = _denials_so_far(state)
-    if any(seen.kind == "denied"
-           and denials[_fingerprint(call)] >= limits.repeated_denials
-           for call, seen in zip(proposals, settled, strict=True)):
-        return RunResult(Stop.NO_PROGRESS, None, state)
-    return _approval_loop(paused.run_id, state, model, tools, policy, limits)
+def paused_from_json(text: str) -> PausedRun:
+    """Read a saved paused run back; a damaged or edited save raises."""
+    return PausedRun(*_checked_paused(_loaded(text, "paused run")))
 
 
 # From chapters/02_durable.ipynb, cell crash-at
@@ -503,82 +622,112 @@ class CrashAt:
             raise ValueError("call_index must be a whole number, 0 or more")
 
 
-# From chapters/02_durable.ipynb, cell keyed-imports
-Lookup = Callable[[str], Any]
-
-
-# From chapters/02_durable.ipynb, cell keyed-environment
-def make_keyed_environment() -> tuple[dict[str, ToolSpec],
-                                      list[dict[str, Any]], Lookup]:
-    """Chapter 1's desk, whose refunds honour an idempotency key.
-
-    ``refund_order`` takes a keyword ``idempotency_key`` that the model
-    never sees (it is not in the schema). A key is applied at most once: a
-    repeat returns the first receipt and appends nothing, and a key reused
-    for another refund is a ValueError. ``lookup(key)`` returns the
-    receipt recorded under a key, or None if none was.
-    """
-    tools, effects = make_environment()
-    applied: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
-
-    def refund_order(order_id: str, amount_cents: int, *,
-                     idempotency_key: str | None = None) -> dict[str, Any]:
-        asked = {"order_id": order_id, "amount_cents": amount_cents}
-        if idempotency_key is not None and idempotency_key in applied:
-            first, receipt = applied[idempotency_key]
-            if first != asked:
-                raise ValueError(f"idempotency key {idempotency_key} was "
-                                 "used for another refund")
-            return receipt
-        effects.append({"order_id": order_id,
-                        "refunded_cents": amount_cents})
-        if idempotency_key is not None:
-            applied[idempotency_key] = (asked, effects[-1])
-        return effects[-1]
-
-    def lookup(key: str) -> Any:
-        return applied[key][1] if key in applied else None
-
-    tools["refund_order"] = replace(tools["refund_order"],
-                                    handler=refund_order)
-    return tools, effects, lookup
-
-
 # From chapters/02_durable.ipynb, cell journal
+def _sync_folder(folder: Path) -> None:
+    """Make a new file's name durable: fsync the folder that lists it."""
+    if os.name == "posix":  # Windows cannot open a folder to sync it
+        descriptor = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+
+
+def _heal(path: Path) -> None:
+    """Cut off a last line that a crash left unfinished, if there is one."""
+    with path.open("rb+") as file:
+        size = file.seek(0, os.SEEK_END)
+        if size == 0:
+            return
+        file.seek(size - 1)
+        if file.read(1) == b"\n":
+            return
+        file.seek(0)
+        file.truncate(file.read().rfind(b"\n") + 1)
+        file.flush()
+        os.fsync(file.fileno())
+
+
+# From chapters/02_durable.ipynb, cell journal-parse
+def _parsed(path: Path) -> list[dict[str, Any]]:
+    """Every whole line of a journal file, numbered from 1 and in order."""
+    *lines, _torn = path.read_bytes().split(b"\n")
+    records = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if (not isinstance(record, dict) or "kind" not in record
+                or type(record.get("seq")) is not int):
+            raise ValueError(f"journal {path.name}, line {number}: "
+                             "not a journal record")
+        if record["seq"] != number:
+            raise ValueError(f"journal {path.name}, line {number}: "
+                             f"sequence number {record['seq']}")
+        records.append(record)
+    return records
+
+
+# From chapters/02_durable.ipynb, cell journal-class
 class Journal:
     """A write-ahead journal: one JSON object a line, on disk before use.
 
-    Each record is flushed and fsynced before ``append`` returns, so a
-    record the program went on from survives the process. A last line
-    cut short by a crash while writing is ignored when reading; damage
-    anywhere else raises ValueError.
+    Each record gets the next sequence number, ``seq``, and is flushed and
+    fsynced before ``append`` returns, so a record the program went on
+    from survives the process. A torn last line is ignored by ``records``
+    and cut off by the next ``append``; other damage raises ValueError.
     """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self.written: int | None = None  # records in the file, once read
 
     def append(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, allow_nan=False)
+        created = not self.path.exists()
+        if not created:
+            _heal(self.path)
+        if self.written is None:
+            self.written = len(self.records())
+        line = json.dumps({**record, "seq": self.written + 1},
+                          allow_nan=False)
         with self.path.open("a", encoding="utf-8") as file:
             file.write(line + "\n")
             file.flush()
             os.fsync(file.fileno())
+        if created:
+            _sync_folder(self.path.parent)
+        self.written += 1
 
     def records(self) -> list[dict[str, Any]]:
-        if not self.path.exists():
-            return []
-        *lines, _torn = self.path.read_text(encoding="utf-8").split("\n")
-        records = []
-        for number, line in enumerate(lines, start=1):
-            try:
-                record = json.loads(line)
-            except ValueError:
-                record = None
-            if not isinstance(record, dict) or "kind" not in record:
-                raise ValueError(f"journal {self.path.name}, line {number}:"
-                                 " not a journal record")
-            records.append(record)
-        return records
+        return _parsed(self.path) if self.path.exists() else []
+
+
+# From chapters/02_durable.ipynb, cell journal-lock
+@contextmanager
+def lock_journal(journal: Journal) -> Iterator[None]:
+    """Hold ``journal`` for one run or recovery; a second holder is refused.
+
+    Where there is no working ``flock`` (Windows, or Python in a browser,
+    where it succeeds without locking), nothing is locked.
+    """
+    try:
+        import fcntl
+    except ImportError:
+        fcntl = None  # type: ignore[assignment]
+    if fcntl is None or sys.platform == "emscripten":
+        yield
+        return
+    created = not journal.path.exists()
+    with journal.path.open("a", encoding="utf-8") as handle:
+        if created:
+            _sync_folder(journal.path.parent)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(f"journal {journal.path.name} is in use by "
+                             "another process") from None
+        yield
 
 
 # From chapters/02_durable.ipynb, cell durable-run
@@ -601,14 +750,17 @@ class _Durable:
         if self.crash == CrashAt(name, index):
             raise Crash(f"crashed {name} of effectful call {index}")
 
-    def settled_by_key(self, call_id: str, key: str) -> Observation | None:
-        """The outcome recorded under ``key``, or one the environment has."""
+    def settled_by_key(self, call: ToolCall, key: str) -> Observation | None:
+        """The outcome recorded under ``key``, or the desk's if it has one."""
         if key in self.outcomes:
             return self.outcomes[key]
-        receipt = None if self.lookup is None else self.lookup(key)
-        if receipt is None:
+        applied = None if self.lookup is None else self.lookup(key)
+        if applied is None:
             return None
-        return Observation(call_id, True, "result", receipt)
+        if applied["arguments"] != call.arguments:
+            return Observation(call.call_id, False, "error", f"key {key} "
+                               "was applied to another refund")
+        return Observation(call.call_id, True, "result", applied["receipt"])
 
 
 # From chapters/02_durable.ipynb, cell durable-call
@@ -628,8 +780,9 @@ def _effect(run: _Durable, call: ToolCall, key: str,
 
     keyed_tools = {call.name: replace(spec, handler=keyed)}
     observation = execute_call(call, keyed_tools, allow_all)
-    if observation.kind == "error":  # did the effect land before it failed?
-        observation = run.settled_by_key(call.call_id, key) or observation
+    if observation.kind == "error":  # it may have landed: ask, or resend
+        observation = (run.settled_by_key(call, key)
+                       or execute_call(call, keyed_tools, allow_all))
     run.journal.append({"kind": "outcome", "key": key,
                         "observation": _observation_data(observation)})
     run.point("after_outcome", index)
@@ -640,20 +793,21 @@ def _effect(run: _Durable, call: ToolCall, key: str,
 def _durable_call(run: _Durable, call: ToolCall,
                   key: str) -> tuple[Observation, int | None]:
     """One call of a message, and its index if it reached an effect."""
+    index = run.effectful_calls
+    if key in run.outcomes or key in run.intents:  # recovering this call
+        settled = run.settled_by_key(call, key)
+        if settled is not None:
+            if key not in run.outcomes:
+                run.journal.append({"kind": "outcome", "key": key,
+                                    "observation": _observation_data(settled)})
+            run.effectful_calls += 1
+            return settled, index
     spec = run.tools.get(call.name)
     allowed = validate_call(call, run.tools) is None and run.gate(call)[0]
     if not allowed or spec is None or not spec.effectful:
         # Invalid, denied and read-only calls change nothing: no journal.
         return execute_call(call, run.tools, run.gate), None
-    index = run.effectful_calls
     run.effectful_calls += 1
-    if key in run.outcomes or key in run.intents:  # recovering this call
-        settled = run.settled_by_key(call.call_id, key)
-        if settled is not None and key not in run.outcomes:
-            run.journal.append({"kind": "outcome", "key": key,
-                                "observation": _observation_data(settled)})
-        if settled is not None:
-            return settled, index
     return _effect(run, call, key, index), index
 
 
@@ -699,15 +853,14 @@ def _durable_loop(run: _Durable, state: RunState, model: Any,
         size = estimate_tokens(state.messages)
         if size > limits.max_prompt_tokens:
             return RunResult(Stop.TOKEN_LIMIT, None, state)
-        state.messages.append(_as_assistant_message(
-            model.chat(state.messages)))
+        state.messages.append(_ask_model(model, state))
         state.prompt_token_log.append(size)
         state.turns += 1
         run.journal.append({"kind": "state", "state": _state_data(state)})
 
 
 # From chapters/02_durable.ipynb, cell run-durably
-JOURNAL_FORMAT = "agentbook journal, version 1"
+JOURNAL_FORMAT = "agentbook journal, version 2"
 
 
 def run_durably(task: str, model: Any, tools: dict[str, ToolSpec],
@@ -719,28 +872,31 @@ def run_durably(task: str, model: Any, tools: dict[str, ToolSpec],
 
     Each effectful call's intent is journaled before its effect and its
     outcome after it, and the state after every model call and every
-    message. Keys come from the run id (the journal file's name unless
-    given) and the call, never from the model's arguments. With
-    ``lookup``, a call that fails after its effect may have landed is
-    settled by its key.
+    message. Keys come from the run id (random unless given) and the
+    call, never from the model's arguments. A call that fails is settled
+    by its key, through ``lookup`` or by sending it again with that key.
     """
-    if journal.records():
-        raise ValueError(f"journal {journal.path.name} already holds a "
-                         "run; use recover_run to finish it")
-    run = _Durable(run_id or journal.path.stem, tools, gate, journal,
-                   crash, lookup)
-    state = RunState(messages=[{"role": "system", "content": system_prompt},
-                               {"role": "user", "content": task}])
-    journal.append({"kind": "start", "format": JOURNAL_FORMAT,
-                    "run_id": run.run_id})
-    journal.append({"kind": "state", "state": _state_data(state)})
-    return _durable_loop(run, state, model, limits)
+    with lock_journal(journal):
+        if journal.records():
+            raise ValueError(f"journal {journal.path.name} already holds "
+                             "a run; use recover_run to finish it")
+        run = _Durable(run_id or f"run-{uuid.uuid4().hex}", tools, gate,
+                       journal, crash, lookup)
+        state = RunState(messages=[
+            {"role": "system", "content": system_prompt},
+            {"role": "user", "content": task}])
+        journal.append({"kind": "start", "format": JOURNAL_FORMAT,
+                        "run_id": run.run_id})
+        journal.append({"kind": "state", "state": _state_data(state)})
+        return _durable_loop(run, state, model, limits)
 
 
-# From chapters/02_durable.ipynb, cell recover-run
+# From chapters/02_durable.ipynb, cell journaled-state
 def _journaled_state(data: Any) -> RunState:
     """A state from the journal, checked like a saved one."""
-    messages = data.get("messages") if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        raise ValueError("a journaled state is not an object")
+    messages = data.get("messages")
     if (isinstance(messages, list) and messages
             and isinstance(messages[-1], dict)
             and messages[-1].get("role") == "assistant"
@@ -749,36 +905,48 @@ def _journaled_state(data: Any) -> RunState:
     return _checked_state({**data, "format": RUN_STATE_FORMAT})
 
 
+# From chapters/02_durable.ipynb, cell recover-run
 def recover_run(journal: Journal, model: Any, tools: dict[str, ToolSpec],
                 gate: Gate, limits: Limits = Limits(), *, lookup: Lookup,
                 crash: CrashAt | None = None) -> RunResult:
     """Finish a run from its journal after a crash.
 
-    The run restarts from its last journaled state. Every intent without
-    an outcome is settled by asking ``lookup`` whether its key was
-    applied: if so, the recorded result becomes the observation; if not,
-    the call is made again with the same key. ``crash`` crashes the
-    recovery itself, counting effectful calls from where it starts.
+    It restarts from the last journaled state, under the run id of the
+    first record. An intent without an outcome is settled by ``lookup``:
+    applied to this call, its receipt is the observation; not applied, the
+    call is made again with its key. ``crash`` crashes the recovery too.
     """
-    records = journal.records()
-    if not records or records[0].get("format") != JOURNAL_FORMAT:
-        raise ValueError(f"journal {journal.path.name} holds no run")
-    states = [r["state"] for r in records if r["kind"] == "state"]
-    if not states:
-        raise ValueError(f"journal {journal.path.name} holds no state")
-    run = _Durable(records[0]["run_id"], tools, gate, journal, crash, lookup)
-    for record in records:
-        if record["kind"] == "intent":
-            run.intents.add(record["key"])
-        elif record["kind"] == "outcome":
-            run.outcomes[record["key"]] = _saved_observation(
-                record["observation"])
-    return _durable_loop(run, _journaled_state(states[-1]), model, limits)
+    with lock_journal(journal):
+        records = journal.records()
+        if (not records or records[0].get("format") != JOURNAL_FORMAT
+                or not isinstance(records[0].get("run_id"), str)):
+            raise ValueError(f"journal {journal.path.name} holds no run")
+        states = [r["state"] for r in records if r["kind"] == "state"]
+        if not states:
+            raise ValueError(f"journal {journal.path.name} holds no state")
+        run = _Durable(records[0]["run_id"], tools, gate, journal, crash,
+                       lookup)
+        for record in records:
+            if (record["kind"] in ("intent", "outcome")
+                    and not isinstance(record.get("key"), str)):
+                raise ValueError(f"journal {journal.path.name}, line "
+                                 f"{record['seq']}: a record without a key")
+            if record["kind"] == "intent":
+                run.intents.add(record["key"])
+            elif record["kind"] == "outcome":
+                run.outcomes[record["key"]] = _saved_observation(
+                    record["observation"])
+        state = _journaled_state(states[-1])
+        return _durable_loop(run, state, model, limits)
 
 
 # From chapters/02_durable.ipynb, cell trace-clock
 TRACE_ORIGIN_NS = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z
 TRACE_TICK_NS = 1_000_000  # one millisecond per event of the run
+SCRIPTED_PROVIDER = "agentbook.scripted"  # the provider of the book's scripts
+SCRIPTED_MODEL = "scripted"
+# A count the book estimates, not one a provider reported: its own namespace.
+ESTIMATED_INPUT_TOKENS = "agentbook.usage.estimated_input_tokens"
 
 
 def _run_seed(result: RunResult) -> bytes:
@@ -800,10 +968,13 @@ def _calls_in_order(result: RunResult) -> list[
 
 
 # From chapters/02_durable.ipynb, cell span-helpers
-def _parts(role: str, text: Any) -> str:
+def _parts(role: str, text: Any, finish: str | None = None) -> str:
     """One message in the GenAI conventions' JSON shape for messages."""
-    return json.dumps([{"role": role, "parts": [
-        {"type": "text", "content": text}]}])
+    message: dict[str, Any] = {"role": role, "parts": [
+        {"type": "text", "content": text}]}
+    if finish is not None:
+        message["finish_reason"] = finish
+    return json.dumps([message])
 
 
 def _raw_arguments(reply: dict[str, Any], call_id: str) -> str | None:
@@ -813,6 +984,18 @@ def _raw_arguments(reply: dict[str, Any], call_id: str) -> str | None:
             arguments = (entry.get("function") or {}).get("arguments")
             return arguments if isinstance(arguments, str) else None
     return None
+
+
+def _reply_parts(reply: dict[str, Any], finish: str) -> str:
+    """A model's reply as an output message: its text, its calls, why."""
+    parts: list[dict[str, Any]] = []
+    if isinstance(reply.get("content"), str) and reply["content"]:
+        parts.append({"type": "text", "content": reply["content"]})
+    parts += [{"type": "tool_call", "id": call.call_id, "name": call.name,
+               "arguments": _raw_arguments(reply, call.call_id)}
+              for call in parse_tool_calls(reply)]
+    return json.dumps([{"role": "assistant", "parts": parts,
+                        "finish_reason": finish}])
 
 
 # From chapters/02_durable.ipynb, cell tool-span
@@ -853,7 +1036,7 @@ def _end_root(root: Any, result: RunResult, end: int) -> None:
 
     if result.answer is not None:
         root.set_attribute(gen_ai.GEN_AI_OUTPUT_MESSAGES,
-                           _parts("assistant", result.answer))
+                           _parts("assistant", result.answer, "stop"))
     if result.stop != Stop.ANSWERED:
         root.set_attribute(ERROR_TYPE, str(result.stop))
         root.set_status(Status(StatusCode.ERROR, f"stop: {result.stop}"))
@@ -861,8 +1044,12 @@ def _end_root(root: Any, result: RunResult, end: int) -> None:
 
 
 # From chapters/02_durable.ipynb, cell trace-run
-def _trace_run(tracer: Any, result: RunResult, agent_name: str) -> None:
-    """Make the spans of one run, ticking the clock once per event."""
+def _trace_run(tracer: Any, result: RunResult, agent_name: str,
+               about: dict[str, Any]) -> None:
+    """Make the spans of one run, ticking the clock once per event.
+
+    ``about`` holds the attributes every model and agent span carries.
+    """
     from opentelemetry.semconv._incubating.attributes import (
         gen_ai_attributes as gen_ai)
     from opentelemetry.trace import SpanKind, set_span_in_context
@@ -872,17 +1059,19 @@ def _trace_run(tracer: Any, result: RunResult, agent_name: str) -> None:
                 if m["role"] == "user")
     root = tracer.start_span(f"invoke_agent {agent_name}", None,
                              SpanKind.INTERNAL, {
-        gen_ai.GEN_AI_OPERATION_NAME: "invoke_agent",
+        **about, gen_ai.GEN_AI_OPERATION_NAME: "invoke_agent",
         gen_ai.GEN_AI_AGENT_NAME: agent_name,
         gen_ai.GEN_AI_INPUT_MESSAGES: _parts("user", task)},
         start_time=next(clock))
     inside = set_span_in_context(root)
+    model = about[gen_ai.GEN_AI_REQUEST_MODEL]
     for tokens, reply, calls in _calls_in_order(result):
-        finish = "tool_calls" if calls else "stop"
-        chat = tracer.start_span("chat", inside, SpanKind.CLIENT, {
-            gen_ai.GEN_AI_OPERATION_NAME: "chat",
-            gen_ai.GEN_AI_USAGE_INPUT_TOKENS: tokens,
-            gen_ai.GEN_AI_RESPONSE_FINISH_REASONS: [finish]},
+        finish = "tool_call" if calls else "stop"
+        chat = tracer.start_span(f"chat {model}", inside, SpanKind.CLIENT, {
+            **about, gen_ai.GEN_AI_OPERATION_NAME: "chat",
+            ESTIMATED_INPUT_TOKENS: tokens,
+            gen_ai.GEN_AI_RESPONSE_FINISH_REASONS: [finish],
+            gen_ai.GEN_AI_OUTPUT_MESSAGES: _reply_parts(reply, finish)},
             start_time=next(clock))
         chat.end(next(clock))
         for call, seen in calls:
@@ -911,29 +1100,42 @@ def _run_ids(seed: bytes) -> Any:
 
 
 # From chapters/02_durable.ipynb, cell run-spans
-def run_spans(result: RunResult, agent_name: str = "refund desk") -> list[Any]:
+def run_spans(result: RunResult, agent_name: str = "refund desk", *,
+              provider: str = SCRIPTED_PROVIDER, model: str = SCRIPTED_MODEL,
+              conversation_id: str | None = None, fixed_ids: bool = False,
+              service_name: str = "refund-desk") -> list[Any]:
     """The finished run as OpenTelemetry spans, root first.
 
-    One ``invoke_agent`` span holds one ``chat`` span per model call and
-    one ``execute_tool`` span per tool call. Only GenAI semantic-convention
-    attributes are set. Ids come from a digest of the run and times from a
-    clock that ticks once per event, so one run always gives one trace.
-    OpenTelemetry is imported here, on first use, not with the package.
+    ``provider`` and ``model`` say who answered (the book's scripts by
+    default), ``conversation_id`` is the run id if the run has one. Ids
+    are random unless ``fixed_ids``, which takes them from a digest of the
+    run; times come from a clock that ticks once per event. OpenTelemetry
+    is imported here, on first use, not with the package.
     """
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.semconv._incubating.attributes import (
+        gen_ai_attributes as gen_ai)
+    from opentelemetry.semconv.attributes.service_attributes import (
+        SERVICE_NAME)
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
         InMemorySpanExporter)
-    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
     from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 
+    about = {gen_ai.GEN_AI_PROVIDER_NAME: provider,
+             gen_ai.GEN_AI_REQUEST_MODEL: model}
+    if conversation_id is not None:
+        about[gen_ai.GEN_AI_CONVERSATION_ID] = conversation_id
+    ids = _run_ids(_run_seed(result)) if fixed_ids else RandomIdGenerator()
     exporter = InMemorySpanExporter()
-    provider = TracerProvider(sampler=ALWAYS_ON, shutdown_on_exit=False,
-                              resource=Resource.get_empty(),
-                              id_generator=_run_ids(_run_seed(result)))
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    _trace_run(provider.get_tracer("agentbook"), result, agent_name)
-    provider.shutdown()
+    tracing = TracerProvider(sampler=ALWAYS_ON, shutdown_on_exit=False,
+                             resource=Resource({SERVICE_NAME: service_name}),
+                             id_generator=ids)
+    tracing.add_span_processor(SimpleSpanProcessor(exporter))
+    _trace_run(tracing.get_tracer("agentbook"), result, agent_name, about)
+    tracing.shutdown()
     return sorted(exporter.get_finished_spans(),
                   key=lambda span: (span.start_time, span.parent is not None))
 
@@ -971,13 +1173,17 @@ def _otlp_span(span: Any) -> dict[str, Any]:
 
 # From chapters/02_durable.ipynb, cell otlp-document
 def spans_to_otlp_json(spans: list[Any]) -> str:
-    """Spans as an OTLP/JSON trace, the file format collectors import."""
+    """Spans of one run as an OTLP/JSON trace, the file format collectors
+    import: one resource, the service's, and its spans by scope."""
     scopes: dict[str, list[dict[str, Any]]] = {}
     for span in spans:
         scopes.setdefault(span.instrumentation_scope.name, []).append(
             _otlp_span(span))
+    resource = spans[0].resource.attributes if spans else {}
     return json.dumps({"resourceSpans": [{
-        "resource": {"attributes": []},
+        "resource": {"attributes": [
+            {"key": key, "value": _otlp_value(value)}
+            for key, value in resource.items()]},
         "scopeSpans": [{"scope": {"name": name}, "spans": found}
                        for name, found in scopes.items()]}]},
         separators=(",", ":"))
@@ -997,9 +1203,9 @@ def _attributes(span: dict[str, Any]) -> dict[str, Any]:
 
 def _text_of(messages_json: str | None) -> Any:
     """The text of the one message a GenAI messages attribute holds."""
-    if messages_json is None:
-        return None
-    return json.loads(messages_json)[0]["parts"][0]["content"]
+    parts = json.loads(messages_json)[0]["parts"] if messages_json else []
+    texts = [part["content"] for part in parts if part["type"] == "text"]
+    return texts[0] if len(texts) == 1 else None
 
 
 def _observed(attributes: dict[str, Any],
@@ -1025,33 +1231,33 @@ def _entry(attributes: dict[str, Any]) -> dict[str, Any]:
 def trace_to_run(otlp_json: str) -> RunResult:
     """Rebuild what a trace holds of a run: calls, outcomes, tokens, stop.
 
-    The text a model wrote beside its calls is not in the trace, so those
-    messages come back without it; the task and the answer are.
+    The system prompt is not in the trace; the task, each reply's text and
+    calls, every observation and the answer are.
     """
     spans = sorted((span for resource in json.loads(otlp_json)["resourceSpans"]
                     for scope in resource["scopeSpans"]
                     for span in scope["spans"]),
                    key=lambda span: int(span["startTimeUnixNano"]))
     root = _attributes(spans[0])
-    steps: list[tuple[int, list[dict[str, Any]], list[Observation]]] = []
+    steps: list[tuple[int, Any, list[dict[str, Any]], list[Observation]]] = []
     for span in spans[1:]:
         attributes = _attributes(span)
         if attributes["gen_ai.operation.name"] == "chat":
-            steps.append((attributes["gen_ai.usage.input_tokens"], [], []))
+            steps.append((attributes[ESTIMATED_INPUT_TOKENS], _text_of(
+                attributes.get("gen_ai.output.messages")), [], []))
         else:
-            steps[-1][1].append(_entry(attributes))
-            steps[-1][2].append(_observed(attributes, span))
-    answer = _text_of(root.get("gen_ai.output.messages"))
-    task = _text_of(root.get("gen_ai.input.messages"))
-    state = RunState([{"role": "user", "content": task}])
-    for tokens, entries, observations in steps:
-        state.messages.append({"role": "assistant", "content": None,
-                               "tool_calls": entries} if entries else
-                              {"role": "assistant", "content": answer})
+            steps[-1][2].append(_entry(attributes))
+            steps[-1][3].append(_observed(attributes, span))
+    state = RunState([{"role": "user", "content": _text_of(
+        root.get("gen_ai.input.messages"))}])
+    for tokens, text, entries, observations in steps:
+        state.messages.append({"role": "assistant", "content": text,
+                               **({"tool_calls": entries} if entries else {})})
         state.prompt_token_log.append(tokens)
         state.turns += 1
         for observation in observations:
             _record(state, observation)
+    answer = _text_of(root.get("gen_ai.output.messages"))
     return RunResult(Stop(root.get("error.type", "answered")), answer, state)
 
 

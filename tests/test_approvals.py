@@ -21,9 +21,12 @@ from agentbook import (
     approve,
     call_digest,
     check_run,
+    continue_with_approvals,
     deny,
     make_environment,
+    make_keyed_environment,
     overreaching_model,
+    paused_from_json,
     resume_with_decisions,
     run_with_approvals,
 )
@@ -41,7 +44,7 @@ def mixed_model() -> ScriptedModel:
 
 def paused_run(model: ScriptedModel | None = None) -> tuple[PausedRun, list[dict[str, Any]],
                                                             dict[str, ToolSpec]]:
-    tools, effects = make_environment()
+    tools, effects, _ = make_keyed_environment()
     paused = run_with_approvals(TASK, model or mixed_model(), tools, ApprovalPolicy())
     assert isinstance(paused, PausedRun)
     return paused, effects, tools
@@ -105,11 +108,11 @@ def test_a_request_binds_run_call_tool_and_arguments() -> None:
     assert request.digest not in changed and len(set(changed)) == 4
 
 
-def test_runs_with_other_tasks_get_other_run_ids() -> None:
+def test_runs_of_the_same_task_get_random_run_ids_and_other_digests() -> None:
     first, _, _ = paused_run()
-    tools, _ = make_environment()
-    second = run_with_approvals("Another task.", mixed_model(), tools, ApprovalPolicy())
-    assert isinstance(second, PausedRun) and first.run_id != second.run_id
+    second, _, tools = paused_run()
+    assert first.run_id != second.run_id
+    assert first.requests[0].digest != second.requests[0].digest
     third = run_with_approvals(TASK, mixed_model(), tools, ApprovalPolicy(), run_id="mine")
     assert isinstance(third, PausedRun) and third.run_id == "mine"
 
@@ -137,7 +140,7 @@ def test_a_repeated_refusal_still_stops_the_run_and_skips_the_rest() -> None:
 
 def test_a_saved_paused_run_loads_back_equal() -> None:
     paused, _, _ = paused_run()
-    assert PausedRun.from_json(paused.to_json()) == paused
+    assert paused_from_json(paused.to_json()) == paused
 
 
 def edited(paused: PausedRun, change: Any) -> str:
@@ -176,13 +179,13 @@ def change_run_id(data: dict[str, Any]) -> None:
 def test_damaged_or_edited_saves_are_refused_with_a_reason(change: Any, reason: str) -> None:
     paused, _, _ = paused_run()
     with pytest.raises(ValueError, match=reason):
-        PausedRun.from_json(edited(paused, change))
+        paused_from_json(edited(paused, change))
 
 
 @pytest.mark.parametrize("text", ["", "[1]", "{", '{"format": 1}', "null"])
 def test_text_that_is_no_paused_run_is_refused(text: str) -> None:
     with pytest.raises(ValueError, match="paused run"):
-        PausedRun.from_json(text)
+        paused_from_json(text)
 
 
 # -------------------------------------------------------------------- decisions
@@ -221,7 +224,7 @@ def test_a_denied_model_recovers_with_the_amount_paid() -> None:
 
 def test_a_loaded_run_resumes_like_the_one_that_was_saved() -> None:
     paused, effects, tools = paused_run()
-    loaded = PausedRun.from_json(paused.to_json())
+    loaded = paused_from_json(paused.to_json())
     decisions = [approve(r, "maria") for r in loaded.requests]
     result = resume_with_decisions(loaded, decisions, mixed_model(), tools, ApprovalPolicy())
     assert isinstance(result, RunResult)
@@ -241,9 +244,7 @@ def test_a_run_can_pause_again_after_resuming() -> None:
 
 
 def another_runs_decision(paused: PausedRun) -> list[Any]:
-    tools, _ = make_environment()
-    other = run_with_approvals("Other task.", mixed_model(), tools, ApprovalPolicy())
-    assert isinstance(other, PausedRun)
+    other, _, _ = paused_run()  # the same task and script, another run
     return [approve(other.requests[0], "m"), approve(paused.requests[1], "m")]
 
 
@@ -270,3 +271,146 @@ def test_a_paused_run_resumes_only_once() -> None:
     with pytest.raises(ValueError, match="resumed already"):
         resume_with_decisions(paused, decisions, mixed_model(), tools, ApprovalPolicy())
     assert [e["refunded_cents"] for e in effects] == [100, 7000, 15000]
+
+
+# ------------------------------------------------------- an approval is spent once
+
+
+def test_one_save_loaded_twice_and_approved_twice_pays_once() -> None:
+    paused, effects, tools = paused_run(overreaching_model())
+    saved = paused.to_json()
+    results = []
+    for _ in range(2):  # two workers, or a retry, load the same save
+        copy = paused_from_json(saved)
+        results.append(resume_with_decisions(copy, [approve(copy.requests[0], "maria")],
+                                             overreaching_model(), tools, ApprovalPolicy()))
+    assert effects == [{"order_id": "A-17", "refunded_cents": 9999}]
+    for result in results:
+        assert isinstance(result, RunResult) and result.stop == Stop.ANSWERED
+        assert result.state.observations[-1].content == effects[0]
+
+
+def test_a_call_changed_in_memory_after_loading_is_refused_and_pays_nothing() -> None:
+    paused, effects, tools = paused_run(overreaching_model())
+    loaded = paused_from_json(paused.to_json())
+    approval = approve(loaded.requests[0], "maria")
+    loaded.state.messages[-1]["tool_calls"][0]["function"]["arguments"] = json.dumps(
+        {"order_id": "A-17", "amount_cents": 19999})
+    with pytest.raises(ValueError, match="not the call that was decided"):
+        resume_with_decisions(loaded, [approval], overreaching_model(), tools,
+                              ApprovalPolicy())
+    assert effects == []
+
+
+def test_a_request_changed_in_memory_is_refused_too() -> None:
+    paused, effects, tools = paused_run(overreaching_model())
+    paused.requests[0].arguments["amount_cents"] = 19999
+    with pytest.raises(ValueError, match="not the call that was decided|matches no request"):
+        resume_with_decisions(paused, [approve(paused.requests[0], "maria")],
+                              overreaching_model(), tools, ApprovalPolicy())
+    assert effects == []
+
+
+def test_an_approval_for_a_desk_without_keys_is_refused_before_anything_runs() -> None:
+    plain, effects = make_environment()
+    paused = run_with_approvals(TASK, mixed_model(), plain, ApprovalPolicy())
+    assert isinstance(paused, PausedRun)
+    before = (list(effects), paused.to_json())
+    with pytest.raises(ValueError, match="takes no idempotency key"):
+        resume_with_decisions(paused, [approve(r, "m") for r in paused.requests],
+                              mixed_model(), plain, ApprovalPolicy())
+    assert (effects, paused.to_json()) == before
+    denials = [deny(r, "m", "no") for r in paused.requests]  # a denial needs no key
+    assert isinstance(resume_with_decisions(paused, denials, mixed_model(), plain,
+                                            ApprovalPolicy()), RunResult)
+
+
+# ------------------------------------------------------ a failed model call keeps its run
+
+
+class FailingModel:
+    """Answers from a script until ``fail_at``, then raises like a provider outage."""
+
+    def __init__(self, turns: list[dict[str, Any]], fail_at: int) -> None:
+        self.model, self.calls, self.fail_at = ScriptedModel(turns=turns), 0, fail_at
+
+    def chat(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise TimeoutError("the provider did not answer")
+        return self.model.chat(messages)
+
+
+def test_a_failed_model_call_carries_the_run_and_continuing_pays_nothing_twice() -> None:
+    tools, effects, _ = make_keyed_environment()
+    turns = [message(refund("a", 3000)), answer_message("done")]
+    with pytest.raises(TimeoutError) as failure:
+        run_with_approvals(TASK, FailingModel(turns, 2), tools, ApprovalPolicy(), run_id="r")
+    state = failure.value.state  # type: ignore[attr-defined]
+    assert [o.kind for o in state.observations] == ["result"] and len(effects) == 1
+    result = continue_with_approvals("r", state, ScriptedModel(turns=turns[1:]), tools,
+                                     ApprovalPolicy())
+    assert isinstance(result, RunResult) and result.stop == Stop.ANSWERED
+    assert len(effects) == 1 and all(check_run(result, effects, Limits()).values())
+    with pytest.raises(ValueError, match="finished"):
+        continue_with_approvals("r", result.state, mixed_model(), tools, ApprovalPolicy())
+
+
+def test_a_model_failure_after_an_approval_keeps_the_paid_refund() -> None:
+    paused, effects, tools = paused_run(overreaching_model())
+    with pytest.raises(TimeoutError) as failure:
+        resume_with_decisions(paused, [approve(paused.requests[0], "m")],
+                              FailingModel([], 1), tools, ApprovalPolicy())
+    state = failure.value.state  # type: ignore[attr-defined]
+    assert state.observations[-1].content == effects[0] and len(effects) == 1
+    result = continue_with_approvals(paused.run_id, state, overreaching_model(), tools,
+                                     ApprovalPolicy())
+    assert isinstance(result, RunResult) and result.stop == Stop.ANSWERED
+    assert len(effects) == 1 and all(check_run(result, effects, Limits()).values())
+
+
+def test_continuing_refuses_a_state_whose_calls_are_unanswered() -> None:
+    paused, effects, tools = paused_run()
+    with pytest.raises(ValueError):
+        continue_with_approvals(paused.run_id, paused.state, mixed_model(), tools,
+                                ApprovalPolicy())
+    assert len(effects) == 1
+
+
+def test_a_call_that_needs_a_person_but_shares_its_id_is_invalid_not_a_stuck_request() -> None:
+    tools, effects, _ = make_keyed_environment()
+    model = ScriptedModel(turns=[message(refund("c", 7000), refund("c", 100),
+                                         refund("d", 8000)), answer_message("done")])
+    paused = run_with_approvals(TASK, model, tools, ApprovalPolicy())
+    assert isinstance(paused, PausedRun) and [r.call_id for r in paused.requests] == ["d"]
+    assert [s and s.kind for s in paused.settled] == ["invalid", "result", None]
+    result = resume_with_decisions(paused, [approve(paused.requests[0], "m")], model, tools,
+                                   ApprovalPolicy())
+    assert isinstance(result, RunResult) and [e["refunded_cents"] for e in effects] == [
+        100, 8000]
+
+
+class Vandal:
+    """A model that rewrites every message it is given, then proposes a refund once."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def chat(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        for item in messages:
+            item["content"] = "rewritten"
+        self.calls += 1
+        return message(refund("r", 100)) if self.calls == 1 else answer_message("done")
+
+
+def test_a_model_that_rewrites_what_it_reads_cannot_change_the_record(tmp_path: Any) -> None:
+    from agentbook import Journal, recover_run, refund_gate, run_durably
+
+    tools, effects, lookup = make_keyed_environment()
+    result = run_with_approvals(TASK, Vandal(), tools, ApprovalPolicy())
+    assert isinstance(result, RunResult) and result.state.messages[1]["content"] == TASK
+    journal = Journal(tmp_path / "vandal.jsonl")
+    durable = run_durably(TASK, Vandal(), tools, refund_gate, journal)
+    assert durable.state.messages[1]["content"] == TASK
+    assert all(check_run(durable, effects[1:], Limits()).values())
+    assert recover_run(journal, Vandal(), tools, refund_gate, lookup=lookup).answer == "done"

@@ -1,9 +1,10 @@
 """Effects that survive a crash: the keyed desk, the journal, and recovery.
 
 The property test is the chapter's claim in general form: for any short
-script of lookups and refunds, crashed at any point of any effectful call,
-recovery leaves the same effect log as the run that never crashed, and
-Chapter 1's invariants hold for the recovered transcript.
+script of lookups and refunds, crashed at any of the five points of its
+first, second or third effectful call (a script with fewer runs to its end),
+recovery leaves the same effect log, state and stop as the run that never
+crashed, and Chapter 1's invariants hold for the recovered transcript.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from agentbook import (
     check_run,
     make_environment,
     make_keyed_environment,
+    lock_journal,
     recover_run,
     refund_gate,
     run_agent,
@@ -51,7 +53,9 @@ def test_a_key_is_applied_at_most_once_and_lookup_reports_it() -> None:
     first = handler(order_id="A-17", amount_cents=10, idempotency_key="k")
     again = handler(order_id="A-17", amount_cents=10, idempotency_key="k")
     assert first == again == {"order_id": "A-17", "refunded_cents": 10}
-    assert effects == [first] and lookup("k") == first and lookup("other") is None
+    assert effects == [first] and lookup("other") is None
+    assert lookup("k") == {"arguments": {"order_id": "A-17", "amount_cents": 10},
+                           "receipt": first}
 
 
 def test_without_a_key_the_keyed_desk_refunds_every_time() -> None:
@@ -85,7 +89,8 @@ def test_the_journal_reads_back_what_was_appended(tmp_path: Path) -> None:
     assert journal.records() == []
     journal.append({"kind": "a", "n": 1})
     journal.append({"kind": "b", "text": "é\n"})
-    assert journal.records() == [{"kind": "a", "n": 1}, {"kind": "b", "text": "é\n"}]
+    assert journal.records() == [{"kind": "a", "n": 1, "seq": 1},
+                                 {"kind": "b", "text": "é\n", "seq": 2}]
     assert len(journal.path.read_text(encoding="utf-8").splitlines()) == 2
 
 
@@ -94,7 +99,69 @@ def test_a_last_line_cut_short_is_ignored(tmp_path: Path) -> None:
     journal.append({"kind": "a"})
     with journal.path.open("a", encoding="utf-8") as file:
         file.write('{"kind": "b", "te')
-    assert journal.records() == [{"kind": "a"}]
+    assert journal.records() == [{"kind": "a", "seq": 1}]
+
+
+def test_a_torn_last_line_is_cut_off_before_the_next_append(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "j.jsonl")
+    journal.append({"kind": "a"})
+    with journal.path.open("a", encoding="utf-8") as file:
+        file.write('{"kind": "outc')
+    Journal(journal.path).append({"kind": "b"})  # a new process appends after the tear
+    assert journal.path.read_text(encoding="utf-8").endswith('{"kind": "b", "seq": 2}\n')
+    assert [r["kind"] for r in Journal(journal.path).records()] == ["a", "b"]
+
+
+def test_a_record_out_of_sequence_is_refused(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "j.jsonl")
+    journal.append({"kind": "a"})
+    journal.append({"kind": "b"})
+    first, second, _ = journal.path.read_text(encoding="utf-8").split("\n")
+    journal.path.write_text(f"{second}\n{first}\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="line 1: sequence number 2"):
+        journal.records()
+
+
+def test_two_writers_on_one_file_are_caught_by_the_sequence(tmp_path: Path) -> None:
+    one, two = Journal(tmp_path / "j.jsonl"), Journal(tmp_path / "j.jsonl")
+    one.append({"kind": "a"})
+    two.append({"kind": "b"})
+    one.append({"kind": "c"})  # it still believes it wrote the last record
+    with pytest.raises(ValueError, match="line 3: sequence number 2"):
+        one.records()
+
+
+def test_a_journal_held_by_one_holder_is_refused_to_another(tmp_path: Path) -> None:
+    tools, effects, lookup = make_keyed_environment()
+    journal = Journal(tmp_path / "busy.jsonl")
+    with pytest.raises(Crash):
+        run_durably(TASK, ScriptedModel(turns=refund_script()), tools, refund_gate, journal,
+                    crash=CrashAt("after_effect"))
+    with lock_journal(Journal(journal.path)):
+        with pytest.raises(ValueError, match="in use by another process"):
+            recover_run(Journal(journal.path), ScriptedModel(turns=refund_script()), tools,
+                        refund_gate, lookup=lookup)
+        with pytest.raises(ValueError, match="in use by another process"):
+            run_durably(TASK, ScriptedModel(turns=refund_script()), tools, refund_gate,
+                        Journal(journal.path))
+    result = recover_run(Journal(journal.path), ScriptedModel(turns=refund_script()), tools,
+                         refund_gate, lookup=lookup)
+    assert result.stop == Stop.ANSWERED and len(effects) == 1
+
+
+def test_the_lock_is_released_when_its_holder_dies(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = tmp_path / "held.jsonl"
+    holder = ("import os, sys; from agentbook import Journal, lock_journal\n"
+              "with lock_journal(Journal(sys.argv[1])):\n"
+              "    print('held', flush=True); os._exit(9)\n")
+    done = subprocess.run([sys.executable, "-c", holder, str(path)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.stdout == "held\n" and done.returncode == 9
+    with lock_journal(Journal(path)):  # the dead process left nothing locked
+        pass
 
 
 @pytest.mark.parametrize("damage", ['{"kind": "a"}\nnot json\n{"kind": "b"}\n',
@@ -168,8 +235,11 @@ def test_keys_come_from_the_run_and_the_call_not_the_arguments(tmp_path: Path) -
     tools, _, _ = make_keyed_environment()
     journal = Journal(tmp_path / "desk.jsonl")
     run_durably(TASK, ScriptedModel(turns=refund_script()), tools, refund_gate, journal)
-    intents = [r for r in journal.records() if r["kind"] == "intent"]
-    assert [r["key"] for r in intents] == ["desk/2/0/call_2"]
+    records = journal.records()
+    run_id = records[0]["run_id"]
+    assert run_id.startswith("run-") and len(run_id) == 36  # random, not the file's name
+    intents = [r for r in records if r["kind"] == "intent"]
+    assert [r["key"] for r in intents] == [f"{run_id}/2/0/call_2"]
     other = Journal(tmp_path / "other.jsonl")
     run_durably(TASK, ScriptedModel(turns=refund_script()), tools, refund_gate, other,
                 run_id="run-7")
@@ -194,8 +264,9 @@ def test_a_journal_that_holds_a_run_is_not_started_again(tmp_path: Path) -> None
     assert len(effects) == 1
 
 
-@pytest.mark.parametrize("text", ["", '{"kind": "state"}\n', '{"kind": "start", "format": '
-                                  '"agentbook journal, version 1", "run_id": "r"}\n'])
+@pytest.mark.parametrize("text", ["", '{"kind": "state", "seq": 1}\n',
+                                  '{"kind": "start", "format": "agentbook journal, version 1", '
+                                  '"run_id": "r", "seq": 1}\n'])
 def test_recovering_a_journal_without_a_run_is_refused(tmp_path: Path, text: str) -> None:
     path = tmp_path / "r.jsonl"
     path.write_text(text, encoding="utf-8")
@@ -255,11 +326,15 @@ def test_a_lost_reply_is_settled_by_its_key(tmp_path: Path) -> None:
     assert result.state.observations[1].content == effects[0]
 
 
-def test_without_lookup_or_in_the_kernel_the_retry_refunds_twice(tmp_path: Path) -> None:
+def test_without_lookup_the_harness_resends_under_the_same_key(tmp_path: Path) -> None:
     tools, effects, _ = make_keyed_environment()
     lose_first_reply(tools)
-    run_durably(TASK, retrying(), tools, refund_gate, Journal(tmp_path / "l.jsonl"))
-    assert len(effects) == 2
+    result = run_durably(TASK, retrying(), tools, refund_gate, Journal(tmp_path / "l.jsonl"))
+    assert len(effects) == 1
+    assert [o.kind for o in result.state.observations] == ["result", "result"]
+
+
+def test_in_the_kernel_the_models_retry_refunds_twice() -> None:
     plain, plain_effects = make_environment()
     lose_first_reply(plain)
     run_agent(TASK, retrying(), plain, refund_gate)
@@ -313,3 +388,169 @@ def test_recovery_after_any_crash_matches_the_uncrashed_run(
     assert effects == plain_effects
     assert result.state == plain.state and result.stop == plain.stop
     assert all(check_run(result, effects, Limits()).values())
+
+
+# ------------------------------------------------------------- keys that never collide
+
+
+def test_journals_of_one_name_in_two_folders_against_one_desk_both_pay(tmp_path: Path) -> None:
+    tools, effects, lookup = make_keyed_environment()
+    for folder in ("north", "south"):
+        (tmp_path / folder).mkdir()
+        result = run_durably(TASK, ScriptedModel(turns=refund_script()), tools, refund_gate,
+                             Journal(tmp_path / folder / "refund.jsonl"), lookup=lookup)
+        assert result.state.observations[1].content == effects[-1]
+    assert len(effects) == 2
+
+
+def refund_of(cents: int) -> list[dict[str, Any]]:
+    return [message(entry("call_1", "lookup_order", {"order_id": "A-17"})),
+            message(refund("call_2", cents)), answer_message("Refunded.")]
+
+
+@pytest.mark.parametrize("with_lookup", [True, False])
+def test_a_key_applied_to_other_arguments_is_an_error_never_a_receipt(
+        tmp_path: Path, with_lookup: bool) -> None:
+    tools, effects, lookup = make_keyed_environment()
+    run_durably(TASK, ScriptedModel(turns=refund_of(4999)), tools, refund_gate,
+                Journal(tmp_path / "a.jsonl"), run_id="same")
+    second = run_durably(TASK, ScriptedModel(turns=refund_of(1000)), tools, refund_gate,
+                         Journal(tmp_path / "b.jsonl"), run_id="same",
+                         lookup=lookup if with_lookup else None)
+    seen = second.state.observations[1]
+    assert (seen.ok, seen.kind) == (False, "error") and "refund" in seen.content
+    assert effects == [{"order_id": "A-17", "refunded_cents": 4999}]
+
+
+def test_recovery_settles_an_intent_applied_to_other_arguments_as_an_error(
+        tmp_path: Path) -> None:
+    tools, effects, lookup = make_keyed_environment()
+    journal = Journal(tmp_path / "r.jsonl")
+    with pytest.raises(Crash):
+        run_durably(TASK, ScriptedModel(turns=refund_of(1000)), tools, refund_gate, journal,
+                    crash=CrashAt("after_intent"), run_id="same")
+    handler = tools["refund_order"].handler  # another run took the key meanwhile
+    handler(order_id="A-17", amount_cents=4999, idempotency_key="same/2/0/call_2")
+    result = recover_run(journal, ScriptedModel(turns=refund_of(1000)), tools, refund_gate,
+                         lookup=lookup)
+    assert result.state.observations[1].kind == "error" and len(effects) == 1
+
+
+# -------------------------------------------------- what recovery trusts, and its limits
+
+
+def test_recovery_reports_a_paid_refund_as_paid_under_a_gate_that_now_denies(
+        tmp_path: Path) -> None:
+    tools, effects, lookup = make_keyed_environment()
+    journal = Journal(tmp_path / "g.jsonl")
+    with pytest.raises(Crash):
+        run_durably(TASK, ScriptedModel(turns=refund_script()), tools, refund_gate, journal,
+                    crash=CrashAt("after_effect"))
+    result = recover_run(journal, ScriptedModel(turns=refund_script()), tools,
+                         lambda call: (False, "refunds suspended"), lookup=lookup)
+    assert result.state.observations[1].kind == "result" and len(effects) == 1
+
+
+def test_an_intent_never_applied_is_judged_by_the_gate_of_the_recovery(tmp_path: Path) -> None:
+    tools, effects, lookup = make_keyed_environment()
+    journal = Journal(tmp_path / "g.jsonl")
+    with pytest.raises(Crash):
+        run_durably(TASK, ScriptedModel(turns=refund_script()), tools, refund_gate, journal,
+                    crash=CrashAt("after_intent"))
+    result = recover_run(journal, ScriptedModel(turns=refund_script()), tools,
+                         lambda call: (False, "refunds suspended"), lookup=lookup)
+    assert result.state.observations[1].kind == "denied" and effects == []
+
+
+def test_a_desk_that_forgot_its_keys_pays_again(tmp_path: Path) -> None:
+    """The guarantee's first condition, shown failing: it is not the harness's to keep."""
+    tools, effects, _ = make_keyed_environment()
+    journal = Journal(tmp_path / "f.jsonl")
+    with pytest.raises(Crash):
+        run_durably(TASK, ScriptedModel(turns=refund_script()), tools, refund_gate, journal,
+                    crash=CrashAt("after_effect"))
+    pruned, later, pruned_lookup = make_keyed_environment()
+    recover_run(journal, ScriptedModel(turns=refund_script()), pruned, refund_gate,
+                lookup=pruned_lookup)
+    assert len(effects) + len(later) == 2
+
+
+def test_a_failed_model_call_is_finished_by_recovery_with_one_refund(tmp_path: Path) -> None:
+    class Outage:
+        def __init__(self) -> None:
+            self.script, self.calls = ScriptedModel(turns=refund_script()), 0
+
+        def chat(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+            self.calls += 1
+            if self.calls == 3:  # after the refund was paid
+                raise TimeoutError("the provider did not answer")
+            return self.script.chat(messages)
+
+    tools, effects, lookup = make_keyed_environment()
+    journal = Journal(tmp_path / "m.jsonl")
+    with pytest.raises(TimeoutError):
+        run_durably(TASK, Outage(), tools, refund_gate, journal)
+    assert len(effects) == 1
+    result = recover_run(journal, ScriptedModel(turns=refund_script()), tools, refund_gate,
+                         lookup=lookup)
+    assert result.stop == Stop.ANSWERED and len(effects) == 1
+    assert all(check_run(result, effects, Limits()).values())
+
+
+def test_recovery_after_recovery_with_a_torn_tail_each_time(tmp_path: Path) -> None:
+    turns = [message(refund("a", 1000)), message(refund("b", 2000)), answer_message("done")]
+    tools, effects, lookup = make_keyed_environment()
+    journal = Journal(tmp_path / "torn.jsonl")
+    crashes = [CrashAt("after_effect", 0), CrashAt("after_effect", 1)]
+    with pytest.raises(Crash):
+        run_durably(TASK, ScriptedModel(turns=turns), tools, refund_gate, journal,
+                    crash=crashes[0])
+    for crash in [crashes[1], None]:
+        with journal.path.open("a", encoding="utf-8") as file:
+            file.write('{"kind": "outc')
+        try:
+            result = recover_run(Journal(journal.path), ScriptedModel(turns=turns), tools,
+                                 refund_gate, lookup=lookup, crash=crash)
+        except Crash:
+            continue
+    assert result.stop == Stop.ANSWERED and [e["refunded_cents"] for e in effects] == [
+        1000, 2000]
+    assert [r["seq"] for r in journal.records()] == list(range(1, len(journal.records()) + 1))
+
+
+def test_a_model_that_reuses_a_call_id_still_gets_one_key_per_effect(tmp_path: Path) -> None:
+    tools, effects, lookup = make_keyed_environment()
+    turns = [message(refund("c", 100), refund("c", 200)), message(refund("c", 300)),
+             answer_message("done")]
+    journal = Journal(tmp_path / "reused.jsonl")
+    with pytest.raises(Crash):
+        run_durably(TASK, ScriptedModel(turns=turns), tools, refund_gate, journal,
+                    crash=CrashAt("after_effect", 2))
+    recover_run(journal, ScriptedModel(turns=turns), tools, refund_gate, lookup=lookup)
+    assert [e["refunded_cents"] for e in effects] == [100, 200, 300]
+    keys = [r["key"] for r in journal.records() if r["kind"] == "intent"]
+    assert len(keys) == len(set(keys)) == 3
+
+
+@pytest.mark.parametrize("damage", [
+    lambda r: r[0].pop("run_id"),
+    lambda r: r[0].update(run_id=7),
+    lambda r: next(x for x in r if x["kind"] == "intent").pop("key"),
+    lambda r: next(x for x in reversed(r) if x["kind"] == "state").update(state=5),
+])
+def test_a_journal_edited_by_hand_is_refused_with_a_reason_and_pays_nothing(
+        tmp_path: Path, damage: Any) -> None:
+    import json
+
+    tools, effects, lookup = make_keyed_environment()
+    journal = Journal(tmp_path / "edited.jsonl")
+    with pytest.raises(Crash):
+        run_durably(TASK, ScriptedModel(turns=refund_script()), tools, refund_gate, journal,
+                    crash=CrashAt("after_intent"))
+    records = journal.records()
+    damage(records)
+    journal.path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    with pytest.raises(ValueError, match="journal|state"):
+        recover_run(Journal(journal.path), ScriptedModel(turns=refund_script()), tools,
+                    refund_gate, lookup=lookup)
+    assert effects == []

@@ -11,6 +11,9 @@ from opentelemetry.semconv.attributes.error_attributes import ERROR_TYPE
 from opentelemetry.trace import StatusCode
 
 from agentbook import (
+    ESTIMATED_INPUT_TOKENS,
+    SCRIPTED_MODEL,
+    SCRIPTED_PROVIDER,
     TRACE_ORIGIN_NS,
     Limits,
     RunExplorer,
@@ -70,7 +73,7 @@ def test_one_agent_span_holds_a_chat_span_per_model_call_and_a_tool_span_per_cal
     chats = [s for s in children if s.attributes["gen_ai.operation.name"] == "chat"]
     tools = [s for s in children if s.attributes["gen_ai.operation.name"] == "execute_tool"]
     assert len(chats) == result.state.turns and len(tools) == len(result.state.observations)
-    assert [s.attributes["gen_ai.usage.input_tokens"] for s in chats] == \
+    assert [s.attributes[ESTIMATED_INPUT_TOKENS] for s in chats] == \
         result.state.prompt_token_log
     assert [s.attributes["gen_ai.tool.call.id"] for s in tools] == [
         o.call_id for o in result.state.observations]
@@ -105,16 +108,59 @@ def test_the_agent_span_carries_the_stop_when_the_run_did_not_answer() -> None:
 
 
 @pytest.mark.parametrize("make", [gated_run, every_kind_run])
-def test_only_genai_convention_attributes_are_used(make: Any) -> None:
-    for span in run_spans(make()):
-        assert set(span.attributes) <= CONVENTION_NAMES, span.name
+def test_only_convention_attributes_and_the_books_own_estimate_are_used(make: Any) -> None:
+    for span in run_spans(make(), conversation_id="run-1"):
+        assert set(span.attributes) - {ESTIMATED_INPUT_TOKENS} <= CONVENTION_NAMES, span.name
+        # No provider reported usage, so nothing claims to be its count.
+        assert not [key for key in span.attributes if key.startswith("gen_ai.usage.")]
 
 
-def test_ids_and_times_come_from_the_run() -> None:
-    first, again = spans_to_otlp_json(run_spans(gated_run())), spans_to_otlp_json(
-        run_spans(gated_run()))
+def test_model_and_agent_spans_carry_what_the_conventions_require() -> None:
+    spans = run_spans(gated_run(), conversation_id="run-1")
+    for span in spans:
+        kind = span.attributes["gen_ai.operation.name"]
+        if kind in ("invoke_agent", "chat"):
+            assert span.attributes["gen_ai.provider.name"] == SCRIPTED_PROVIDER
+            assert span.attributes["gen_ai.request.model"] == SCRIPTED_MODEL
+            assert span.attributes["gen_ai.conversation.id"] == "run-1"
+        if kind == "chat":
+            assert span.name == f"chat {SCRIPTED_MODEL}"
+            (message,) = json.loads(span.attributes["gen_ai.output.messages"])
+            assert message["finish_reason"] == span.attributes[
+                "gen_ai.response.finish_reasons"][0]
+    assert dict(spans[0].resource.attributes) == {"service.name": "refund-desk"}
+    other = run_spans(gated_run(), provider="openai", model="gpt-x")
+    assert other[1].name == "chat gpt-x"
+    assert other[1].attributes["gen_ai.provider.name"] == "openai"
+    assert "gen_ai.conversation.id" not in other[0].attributes
+
+
+def test_a_chat_span_holds_the_reply_its_text_and_its_calls() -> None:
+    tools, _ = make_environment()
+    talk = {"role": "assistant", "content": "Let me look.", "tool_calls": [
+        entry("l", "lookup_order", {"order_id": "A-17"})]}
+    result = run_agent(TASK, ScriptedModel(turns=[talk, answer_message("ok")]), tools,
+                       refund_gate)
+    chat = run_spans(result)[1]
+    (message,) = json.loads(chat.attributes["gen_ai.output.messages"])
+    assert message["parts"] == [
+        {"type": "text", "content": "Let me look."},
+        {"type": "tool_call", "id": "l", "name": "lookup_order",
+         "arguments": '{"order_id": "A-17"}'}]
+    assert message["finish_reason"] == "tool_call"
+    back = trace_to_run(spans_to_otlp_json(run_spans(result)))
+    assert back.state.messages[1]["content"] == "Let me look."
+
+
+def test_ids_are_random_unless_fixed_and_times_come_from_the_run() -> None:
+    def trace_id(spans: list[Any]) -> int:
+        return int(spans[0].context.trace_id)
+
+    assert trace_id(run_spans(gated_run())) != trace_id(run_spans(gated_run()))
+    first, again = spans_to_otlp_json(run_spans(gated_run(), fixed_ids=True)), \
+        spans_to_otlp_json(run_spans(gated_run(), fixed_ids=True))
     assert first == again
-    other = spans_to_otlp_json(run_spans(every_kind_run()))
+    other = spans_to_otlp_json(run_spans(every_kind_run(), fixed_ids=True))
     trace_id = json.loads(first)["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["traceId"]
     assert trace_id not in other
     starts = [s.start_time for s in run_spans(gated_run())]
@@ -132,7 +178,7 @@ def test_the_otlp_json_uses_hex_ids_and_text_for_64_bit_numbers() -> None:
     assert {s["traceId"] for s in spans} == {root["traceId"]}
     assert all(isinstance(s["startTimeUnixNano"], str) for s in spans)
     tokens = [a["value"] for s in spans for a in s["attributes"]
-              if a["key"] == "gen_ai.usage.input_tokens"]
+              if a["key"] == ESTIMATED_INPUT_TOKENS]
     assert tokens and all(set(v) == {"intValue"} and isinstance(v["intValue"], str)
                           for v in tokens)
     assert {s["kind"] for s in spans} == {1, 3}  # internal, client
@@ -169,6 +215,69 @@ def test_a_run_that_never_called_a_tool_is_one_agent_and_one_chat_span() -> None
     result = run_agent(TASK, ScriptedModel(turns=[answer_message("hello")]), tools,
                        refund_gate)
     spans = run_spans(result)
-    assert [s.name for s in spans] == ["invoke_agent refund desk", "chat"]
+    assert [s.name for s in spans] == ["invoke_agent refund desk", f"chat {SCRIPTED_MODEL}"]
     assert spans[1].attributes["gen_ai.response.finish_reasons"] == ("stop",)
     assert trace_to_run(spans_to_otlp_json(spans)).answer == "hello"
+
+
+# ------------------------------------------------------------ the official schema
+
+
+def hex_ids_as_base64(document: Any) -> Any:
+    """OTLP/JSON writes ids in hex where protobuf's JSON mapping expects base64."""
+    import base64
+
+    if isinstance(document, list):
+        return [hex_ids_as_base64(item) for item in document]
+    if not isinstance(document, dict):
+        return document
+    return {key: base64.b64encode(bytes.fromhex(value)).decode()
+            if key in ("traceId", "spanId", "parentSpanId") else hex_ids_as_base64(value)
+            for key, value in document.items()}
+
+
+@pytest.mark.parametrize("make", [gated_run, every_kind_run])
+def test_the_trace_file_parses_strictly_as_otlp_traces_data(make: Any) -> None:
+    from google.protobuf import json_format
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status, TracesData
+
+    result = make()
+    spans = run_spans(result, conversation_id="run-1", fixed_ids=True)
+    text = spans_to_otlp_json(spans)
+    json_format.Parse(text, TracesData())  # unknown fields or wrong types raise
+    data = json_format.Parse(json.dumps(hex_ids_as_base64(json.loads(text))), TracesData())
+    (resource,) = data.resource_spans
+    assert [(a.key, a.value.string_value) for a in resource.resource.attributes] == [
+        ("service.name", "refund-desk")]
+    (scope,) = resource.scope_spans
+    assert scope.scope.name == "agentbook" and len(scope.spans) == len(spans)
+    for parsed, span in zip(scope.spans, spans, strict=True):
+        assert parsed.trace_id == span.context.trace_id.to_bytes(16, "big")
+        assert parsed.span_id == span.context.span_id.to_bytes(8, "big")
+        assert parsed.name == span.name and parsed.start_time_unix_nano == span.start_time
+        expected_kind = Span.SPAN_KIND_CLIENT if span.name.startswith("chat") else \
+            Span.SPAN_KIND_INTERNAL
+        assert parsed.kind == expected_kind
+        error = span.status.status_code == StatusCode.ERROR
+        assert parsed.status.code == (Status.STATUS_CODE_ERROR if error else
+                                      Status.STATUS_CODE_UNSET)
+        values = {a.key: a.value for a in parsed.attributes}
+        assert set(values) == set(span.attributes)
+        if span.name.startswith("chat"):
+            assert values[ESTIMATED_INPUT_TOKENS].int_value == span.attributes[
+                ESTIMATED_INPUT_TOKENS]
+            assert [v.string_value for v in values[
+                "gen_ai.response.finish_reasons"].array_value.values] == list(
+                span.attributes["gen_ai.response.finish_reasons"])
+
+
+def test_a_document_that_breaks_the_schema_is_caught_by_the_parser() -> None:
+    """The schema check can fail: a misspelled field and a wrong type are refused."""
+    from google.protobuf import json_format
+    from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
+
+    text = spans_to_otlp_json(run_spans(gated_run()))
+    for broken in (text.replace('"startTimeUnixNano"', '"startTimeNano"'),
+                   text.replace('"kind":1', '"kind":"inside"')):
+        with pytest.raises(json_format.ParseError):
+            json_format.Parse(broken, TracesData())

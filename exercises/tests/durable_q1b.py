@@ -79,11 +79,12 @@ def test_q1b_the_run_paused(paused_q1):
 @test_case(points=None, hidden=False)
 def test_q1b_effects_q1_is_this_runs_desk(paused_q1, effects_q1):
     """The receipts in effects_q1 are the ones this run produced."""
+    import json
     assert paused_q1 is not ..., 'not answered yet: replace the ... with run_with_approvals'
-    produced = [seen.content for seen in getattr(paused_q1, 'settled', []) if seen]
-    strays = list(effects_q1)
-    for item in produced:
-        if item in strays:
-            strays.remove(item)
-    assert not strays, f"expected effects_q1 to hold only this run's receipts; found {strays}: give run_with_approvals tools_q1, the desk whose effect log is effects_q1"
+    settled = getattr(paused_q1, 'settled', None)
+    state = getattr(paused_q1, 'state', None)
+    seen = settled if settled is not None else getattr(state, 'observations', [])
+    produced = sorted([json.dumps(o.content, sort_keys=True) for o in seen if o and o.ok and isinstance(o.content, dict) and ('refunded_cents' in o.content)])
+    logged = sorted([json.dumps(entry, sort_keys=True) for entry in effects_q1])
+    assert logged == produced, f"expected effects_q1 to hold exactly this run's receipts {produced}; found {logged}: give run_with_approvals tools_q1, the desk whose effect log is effects_q1"
 
