@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 import warnings
@@ -71,6 +72,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import yaml
 from agentdojo.agent_pipeline.base_pipeline_element import BasePipelineElement
 from agentdojo.agent_pipeline.ground_truth_pipeline import GroundTruthPipeline
 from agentdojo.agent_pipeline.tool_execution import tool_result_to_str
@@ -83,23 +85,25 @@ from agentdojo.task_suite.task_suite import TaskSuite
 from agentdojo.types import (ChatAssistantMessage, ChatMessage, ChatToolResultMessage,
                              text_content_block_from_string)
 
-from agentbook import (SYSTEM_PROMPT, Limits, RunResult, ScriptedModel, ToolCall, ToolSpec,
-                       allow_all, answer_message, parse_tool_calls, run_agent,
-                       tool_call_message)
+from agentbook import (PROMPT_DEFENSE, SYSTEM_PROMPT, Limits, Observation, ProvenancePolicy,
+                       RunResult,
+                       ScriptedModel, ToolCall, ToolSpec, allow_all, answer_message,
+                       filter_tools, obedient_model, parse_tool_calls, run_agent,
+                       run_planned, spotlight_tools, tool_call_message)
 
 # The newest benchmark version of the pinned agentdojo; passed to get_suites as it is.
 BENCHMARK_VERSION = "v1.2.2"
 # AgentDojo's "important_instructions" attacks address the victim model by its product name,
 # which a scripted model does not have; this one from the same attack set needs no name.
 ATTACK = "ignore_previous"
-DEFENSES = ("none", "prompt", "tools", "plan", "provenance")
+DEFENSES = ("none", "prompt", "tools", "plan", "plan_open", "provenance")
 NOT_OFFERED = {"tenant": "no AgentDojo suite has principals to scope: each environment "
                          "belongs to one user"}
 JSON_TYPES = {"string": str, "integer": int, "number": float, "boolean": bool,
               "array": list, "object": dict}
 # Budgets: a ground truth is a handful of calls, and tool results (a mailbox, a channel
 # history) can be long; the runs here measure gates, not budgets.
-SPARE_TURNS = 4
+SPARE_TURNS = 4  # beyond the plan, the one obeyed message and the answer
 PROMPT_TOKENS = 1_000_000
 
 
@@ -157,6 +161,17 @@ def tool_contract(function: Function) -> tuple[dict[str, type], dict[str, Any]]:
     return contract, defaults
 
 
+def unfolded_yaml(data: Any) -> str:
+    """AgentDojo's YAML for a tool result, without folding long lines.
+
+    AgentDojo's default formatter folds a string longer than a line across lines. A value
+    copied out of such a result then no longer appears in it as written, and the provenance
+    defense, which looks for whole values, would miss it: the fold, not the policy, would
+    decide. Unfolded, every value appears in the result exactly as a call would carry it.
+    """
+    return yaml.safe_dump(data, width=math.inf)
+
+
 class Environment:
     """One run's AgentDojo environment and runtime, reached by the tools' handlers."""
 
@@ -174,7 +189,7 @@ class Environment:
         result, error = self.runtime.run_function(self.env, name, arguments)
         if error is not None:
             raise ValueError(error)
-        return tool_result_to_str(result)
+        return tool_result_to_str(result, dump_fn=unfolded_yaml)
 
 
 def book_tools(suite: TaskSuite[Any], environment: Environment,
@@ -246,11 +261,21 @@ def _plain_letters(text: str) -> str:
 
 def instruction_finder(goal: str, steps: list[dict[str, Any]]
                        ) -> Callable[[str], list[dict[str, Any]] | None]:
-    """What the obedient model obeys: the injection task's calls, where its goal is read."""
+    """What the obedient model obeys: the injection task's calls, where its goal is read.
+
+    It obeys once a run, at the first tool result that carries the goal. Obeying every
+    result that repeats it would only repeat the same calls, and an injection task that
+    reads injected text itself would have the model obey its own results until the turns
+    ran out.
+    """
     needle = _plain_letters(goal)
+    obeyed: list[bool] = []  # the model asks again only about results it has not obeyed
 
     def find_instruction(text: str) -> list[dict[str, Any]] | None:
-        return steps if needle and needle in _plain_letters(str(text)) else None
+        if obeyed or not needle or needle not in _plain_letters(str(text)):
+            return None
+        obeyed.append(True)
+        return steps
 
     return find_instruction
 
@@ -281,6 +306,16 @@ def fixed_plan(plan: list[dict[str, Any]], request: str) -> list[dict[str, Any]]
              "arguments": {name: value for name, value in step["arguments"].items()
                            if stated(value, request)}}
             for step in plan]
+
+
+def plannable(plan: list[dict[str, Any]], request: str,
+              defaults: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The steps whose every argument the request states or leaves at its default."""
+    missing = object()
+    return [step for step in plan
+            if all(stated(value, request)
+                   or defaults.get(step["tool"], {}).get(name, missing) == value
+                   for name, value in step["arguments"].items())]
 
 
 class PlanGate:
@@ -315,18 +350,18 @@ class Defended:
 
 def defend(defense: str, tools: dict[str, ToolSpec], plan: list[dict[str, Any]],
            request: str) -> Defended:
-    """The tools, gate and system prompt of ``defense`` for one user task."""
+    """The tools, gate and system prompt of a defense that runs the model in the loop."""
     if defense == "none":
         return Defended(tools, allow_all)
     if defense == "prompt":
         return Defended(spotlight_tools(tools), allow_all,
                         f"{SYSTEM_PROMPT}\n\n{PROMPT_DEFENSE}")
     if defense == "tools":
-        return Defended(filter_tools(tools, {step["tool"] for step in plan}), allow_all)
-    if defense == "plan":
+        return Defended(filter_tools(tools, dict.fromkeys(s["tool"] for s in plan)), allow_all)
+    if defense == "plan_open":
         return Defended(tools, PlanGate(fixed_plan(plan, request)))
     if defense == "provenance":
-        policy = ProvenancePolicy([request])
+        policy = ProvenancePolicy([request], on_untrusted="deny")
         return Defended(policy.wrap(tools), policy)
     raise ValueError(f"unknown defense: {defense}")
 
@@ -351,13 +386,17 @@ class Benchmark:
         return [complete_call(call, self.defaults) for call in task.ground_truth(environment)]
 
 
-def executed_messages(result: RunResult) -> list[ChatMessage]:
-    """The run as AgentDojo messages: the calls the kernel executed, then the answer."""
-    proposals = [call for message in result.state.messages
-                 if message.get("role") == "assistant"
-                 for call in parse_tool_calls(message)]
+def proposals_of(result: RunResult) -> list[ToolCall]:
+    """Every call the model proposed in a run, in order; each has one observation."""
+    return [call for message in result.state.messages if message.get("role") == "assistant"
+            for call in parse_tool_calls(message)]
+
+
+def executed_messages(calls: Sequence[ToolCall], observations: Sequence[Observation],
+                      answer: str | None) -> list[ChatMessage]:
+    """A run as AgentDojo messages: the calls the kernel executed, then the answer."""
     messages: list[ChatMessage] = []
-    for call, observation in zip(proposals, result.state.observations, strict=False):
+    for call, observation in zip(calls, observations, strict=False):
         if observation.kind not in ("result", "error"):
             continue  # refused before it reached the environment
         executed = FunctionCall(function=call.name, args=call.arguments or {},
@@ -368,8 +407,8 @@ def executed_messages(result: RunResult) -> list[ChatMessage]:
         messages.append(ChatToolResultMessage(
             role="tool", content=[text_content_block_from_string(text)], tool_call=executed,
             tool_call_id=call.call_id, error=None if observation.ok else text))
-    answer = text_content_block_from_string(result.answer or "")
-    messages.append(ChatAssistantMessage(role="assistant", content=[answer], tool_calls=None))
+    final = text_content_block_from_string(answer or "")
+    messages.append(ChatAssistantMessage(role="assistant", content=[final], tool_calls=None))
     return messages
 
 
@@ -384,7 +423,6 @@ class BookKernel(BasePipelineElement):
         self.defense = defense
         self.user_task = user_task
         self.injection_task = injection_task
-        self.result: RunResult | None = None
 
     def model(self, plan: list[dict[str, Any]], env: TaskEnvironment) -> Any:
         answer = self.user_task.GROUND_TRUTH_OUTPUT
@@ -394,22 +432,42 @@ class BookKernel(BasePipelineElement):
         return obedient_model(plan, answer,
                               instruction_finder(self.injection_task.GOAL, steps))
 
+    def run_loop(self, request: str, plan: list[dict[str, Any]], tools: dict[str, ToolSpec],
+                 env: TaskEnvironment) -> list[ChatMessage]:
+        """Chapter 1's loop, with the model in it, under the defense."""
+        defended = defend(self.defense, tools, plan, request)
+        limits = Limits(max_turns=len(plan) + 2 + SPARE_TURNS,
+                        max_prompt_tokens=PROMPT_TOKENS)
+        result = run_agent(request, self.model(plan, env), defended.tools, defended.gate,
+                           limits, system_prompt=defended.system_prompt)
+        return executed_messages(proposals_of(result), result.state.observations,
+                                 result.answer)
+
+    def run_plan(self, request: str, plan: list[dict[str, Any]],
+                 tools: dict[str, ToolSpec]) -> list[ChatMessage]:
+        """Plan-then-execute: only the steps a planner could write from the request.
+
+        No model proposes anything once the plan is fixed, so injected text can change
+        nothing that runs. The answer is the ground truth's only when the plan held every
+        step; otherwise the facts it reports come from steps that never ran.
+        """
+        steps = plannable(plan, request, self.benchmark.defaults)
+        observations, _ = run_planned(steps, tools, allow_all)
+        calls = [ToolCall(f"s{index}", step["tool"], step["arguments"])
+                 for index, step in enumerate(steps)]
+        complete = len(steps) == len(plan) and all(o.ok for o in observations)
+        return executed_messages(calls, observations,
+                                 self.user_task.GROUND_TRUTH_OUTPUT if complete else "")
+
     def query(self, query: str, runtime: FunctionsRuntime, env: Any = None,
               messages: Sequence[ChatMessage] = (), extra_args: dict[str, Any] | None = None
               ) -> tuple[str, FunctionsRuntime, Any, Sequence[ChatMessage], dict[str, Any]]:
         plan = self.benchmark.plan(self.user_task, env)
-        injected = (len(self.benchmark.plan(self.injection_task, env))
-                    if self.injection_task else 0)
-        model = self.model(plan, env)
         tools = book_tools(self.benchmark.suite, Environment(runtime, env),
                            self.benchmark.effectful)
-        defended = defend(self.defense, tools, plan, query)
-        limits = Limits(max_turns=len(plan) + injected + SPARE_TURNS,
-                        max_prompt_tokens=PROMPT_TOKENS)
-        self.result = run_agent(query, model, defended.tools, defended.gate, limits,
-                                system_prompt=defended.system_prompt)
-        return (query, runtime, env, [*messages, *executed_messages(self.result)],
-                extra_args or {})
+        run = (self.run_plan(query, plan, tools) if self.defense == "plan"
+               else self.run_loop(query, plan, tools, env))
+        return query, runtime, env, [*messages, *run], extra_args or {}
 
 
 def task_order(task_id: str) -> tuple[str, int]:
