@@ -579,11 +579,20 @@ def results_document(suite: str, benchmark_version: str,
             "benchmark_version": benchmark_version, "results": rows}
 
 
+def results_json(document: dict[str, Any]) -> str:
+    """The document as JSON with one result row a line, so that a diff shows which runs moved."""
+    head = {key: value for key, value in document.items() if key != "results"}
+    lines = [json.dumps(head)[:-1] + ', "results": [']
+    rows = [json.dumps(result) for result in document["results"]]
+    lines += [f"  {text}," for text in rows[:-1]] + [f"  {text}" for text in rows[-1:]]
+    return "\n".join([*lines, "]}"]) + "\n"
+
+
 def write_json(path: Path, document: dict[str, Any]) -> None:
     """Write whole or not at all: a reader never meets half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(json.dumps(document, indent=1) + "\n")
+    partial.write_text(results_json(document))
     partial.replace(path)
 
 
