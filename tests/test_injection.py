@@ -224,3 +224,16 @@ def test_the_command_refuses_tenant_and_unknown_names_with_reasons(
     with pytest.raises(SystemExit, match="choose from banking, slack, travel, workspace"):
         injection.load_suite("bank")
     assert injection.parse_arguments(["--suite", "slack"]).defense == list(injection.DEFENSES)
+
+
+def test_results_are_written_whole_one_run_a_line(tmp_path: Path) -> None:
+    rows = [injection.row("none", "user_task_0", None, True, None),
+            injection.row("plan", "user_task_0", "injection_task_1", False, False)]
+    document = injection.results_document("banking", "v1.2.2", rows)
+    target = tmp_path / "figures" / "agentdojo-banking.json"
+    target.parent.mkdir()
+    target.write_text("an older, longer file that must be replaced whole" * 100)
+    injection.write_json(target, document)
+    assert json.loads(target.read_text()) == document
+    assert len(target.read_text().splitlines()) == 2 + len(rows)
+    assert [p.name for p in target.parent.iterdir()] == [target.name]  # no leftovers

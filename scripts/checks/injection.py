@@ -1,6 +1,7 @@
 """Chapter 3's defenses, measured on AgentDojo with this book's kernel.
 
     python -m scripts.checks.injection --suite NAME [--defense D ...] [--json OUT]
+                                       [--benchmark-version V]
 
 It loads one suite of AgentDojo's benchmark (``BENCHMARK_VERSION`` of the pinned
 ``agentdojo`` release) by name through AgentDojo's own ``get_suites``, turns each of its
@@ -13,14 +14,21 @@ book's contract), and runs Chapter 1's ``run_agent`` on every user task:
 - once for every injection task with the *obedient* model of Chapter 3: AgentDojo's attack
   ``ATTACK`` fills the injection vectors that the user task's ground truth reads with the
   injection task's goal; the model follows its own plan (the user task's ground truth) and,
-  when a tool result carries the goal, first performs the injection task's ground-truth
+  the first time a tool result carries the goal, performs the injection task's ground-truth
   calls. It is the worst case, a model that obeys every instruction it reads.
 
 Each run goes through AgentDojo's ``TaskSuite.run_task_with_pipeline`` (``BookKernel`` is the
 pipeline), so the environment, its injections and the scoring (utility, and whether the
 injection task's security check says the attack succeeded) are AgentDojo's own. The trace
 given to AgentDojo's checks holds the calls the kernel executed: a proposal that the gate
-refused or that broke the contract never reached the environment.
+refused or that broke the contract never reached the environment. Tool results reach the
+model as AgentDojo's YAML, unfolded (``unfolded_yaml`` says why).
+
+Both scripted models know their ground truth's arguments in advance, values that a real
+model would have to read from the data: these runs measure what a defense lets through,
+not how well a model reads. It shows in one place: where an injection replaces the text
+a task needs (banking's bill), the script still pays the right account, so a defense can
+score a higher utility under attack than without.
 
 Defenses (``--defense``, all of them by default):
 
@@ -29,16 +37,21 @@ Defenses (``--defense``, all of them by default):
   prompt telling the model to treat them as data.
 - ``tools``: only the tools the request needs. Which ones is read from the user task's
   ground truth: an oracle tool picker, the best case for this defense's utility.
-- ``plan``: plan-then-execute. The plan is fixed before any tool runs, from the request
-  alone, and holds two things: the sequence of tools (taken from the ground truth, again an
-  oracle planner) and those argument values that the request itself states (a string the
-  request contains, a number it writes). Every other argument value a real planner could
-  only learn by reading data, so the plan leaves it open and the model fills it at run time.
-  A gate lets through only the plan's next step, with its fixed arguments. Injected text
-  can therefore add no call, but it can still steer an open argument of a planned call.
-- ``provenance``: Chapter 3's ``ProvenancePolicy``: the request is the trusted text, every
-  tool result is untrusted, and an effectful call carrying a value first seen in untrusted
-  output is refused.
+- ``plan``: plan-then-execute with Chapter 3's ``run_planned``. The plan is written from the
+  request alone, before any tool runs, so it may hold only what the request gives: a
+  ground-truth step goes in when every argument value is stated in the request (a string
+  the request contains, a number it writes) or is the function's default. A step that
+  needs a value from data (the account named in a bill, the body of a message that sums
+  up a channel) cannot be planned, so it is left out and the task fails. No model proposes
+  anything once the plan is fixed; the answer is the ground truth's only when the plan held
+  every step, since otherwise the facts it reports come from steps that never ran.
+- ``plan_open``: the same plan, but the model stays in the loop to fill the values the plan
+  leaves open. A gate lets through only the plan's next tool, with the values the request
+  states; the sequence of tools again comes from the ground truth (an oracle planner).
+  Injected text can add no call, but it can steer an open argument of a planned call.
+- ``provenance``: Chapter 3's ``ProvenancePolicy``, denying: the request is the trusted text,
+  every tool result is untrusted, and an effectful call carrying a value first seen in
+  untrusted output is refused.
 - ``tenant`` is not offered: none of AgentDojo's suites has principals to scope (each
   environment belongs to one user), and asking for it says so.
 
@@ -65,6 +78,7 @@ import json
 import math
 import re
 import sys
+import tempfile
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -591,9 +605,18 @@ def results_json(document: dict[str, Any]) -> str:
 def write_json(path: Path, document: dict[str, Any]) -> None:
     """Write whole or not at all: a reader never meets half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(results_json(document))
-    partial.replace(path)
+    # A name of its own in the same folder: two runs at once never share a half-written file,
+    # and the rename that publishes it is atomic.
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.",
+                                     delete=False) as partial:
+        written = Path(partial.name)
+        try:
+            partial.write(results_json(document))
+        except BaseException:
+            written.unlink()
+            raise
+    written.chmod(0o644)  # a temporary file is private; the results are not
+    written.replace(path)
 
 
 def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
