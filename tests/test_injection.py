@@ -2,7 +2,7 @@
 
 agentdojo is a development requirement only, and importing it takes seconds, so this file
 loads it once, in this one process, and skips where it is not installed. It re-runs a fixed
-handful of task pairs under every defense (about 60 runs of the kernel) and requires the
+handful of task pairs under every defense (42 runs of the kernel) and requires the
 committed results in figures/ to hold exactly the same rows.
 """
 

@@ -79,6 +79,7 @@ import math
 import re
 import sys
 import tempfile
+import textwrap
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -203,7 +204,10 @@ class Environment:
         result, error = self.runtime.run_function(self.env, name, arguments)
         if error is not None:
             raise ValueError(error)
-        return tool_result_to_str(result, dump_fn=unfolded_yaml)
+        try:
+            return tool_result_to_str(result, dump_fn=unfolded_yaml)
+        except TypeError as failure:  # a result AgentDojo's formatter cannot show
+            raise ValueError(f"{name} returned what cannot be shown: {failure}") from failure
 
 
 def book_tools(suite: TaskSuite[Any], environment: Environment,
@@ -583,7 +587,8 @@ def table_lines(rows: list[dict[str, Any]]) -> list[str]:
     for entry in summary(rows):
         if entry["tasks_lost"]:
             lost = ", ".join(task.removeprefix("user_task_") for task in entry["tasks_lost"])
-            lines.append(f"{entry['defense']} loses user tasks {lost}")
+            lines += textwrap.wrap(f"{entry['defense']} loses user tasks {lost}", 79,
+                                   subsequent_indent="  ")
     return lines
 
 
@@ -630,6 +635,8 @@ def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--benchmark-version", default=BENCHMARK_VERSION,
                         help=f"given to AgentDojo's get_suites (default {BENCHMARK_VERSION})")
     arguments = parser.parse_args(argv)
+    if arguments.json is not None and arguments.json.is_dir():
+        parser.error(f"--json {arguments.json} is a folder; give a file name")
     for defense in arguments.defense or ():
         if defense in NOT_OFFERED:
             parser.error(f"defense {defense!r} is not offered: {NOT_OFFERED[defense]}")
@@ -644,8 +651,8 @@ def main(argv: Sequence[str]) -> int:
     benchmark = Benchmark.load(arguments.suite, arguments.benchmark_version)
     suite = benchmark.suite
     print(f"AgentDojo {arguments.benchmark_version} suite {arguments.suite} (agentdojo "
-          f"{agentdojo_version()}): {len(suite.user_tasks)} user tasks, "
-          f"{len(suite.injection_tasks)} injection tasks, attack {ATTACK}", flush=True)
+          f"{agentdojo_version()}), attack {ATTACK}:\n{len(suite.user_tasks)} user tasks, "
+          f"{len(suite.injection_tasks)} injection tasks", flush=True)
     rows = run_benchmark(benchmark, arguments.defense)
     print("\n".join(table_lines(rows)))
     if arguments.json is not None:
@@ -657,8 +664,10 @@ def main(argv: Sequence[str]) -> int:
     for task_id, theirs, ours in differences:
         print(f"unfaithful: {task_id}: GroundTruthPipeline utility {theirs}, kernel {ours}")
     if not differences:
-        print(f"faithful: the kernel solves exactly the {len(suite.user_tasks)} user tasks' "
-              "verdicts of AgentDojo's GroundTruthPipeline")
+        solved = sum(r["utility"] for r in rows
+                     if r["defense"] == "none" and r["model"] == "ground_truth")
+        print(f"faithful: on all {len(suite.user_tasks)} user tasks the kernel's utility is "
+              f"GroundTruthPipeline's\n({solved} solved by both)")
     return 1 if differences else 0
 
 
