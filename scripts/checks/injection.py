@@ -503,16 +503,19 @@ def row(defense: str, user_task: str, injection_task: str | None, utility: bool,
 
 
 def run_one(benchmark: Benchmark, defense: str, user_task_id: str,
-            injection_task_id: str | None, attack: Any) -> dict[str, Any]:
-    """One run of the kernel, scored by AgentDojo's own checks; its result row."""
+            injection_task_id: str | None, injections: dict[str, str],
+            environment: TaskEnvironment) -> dict[str, Any]:
+    """One run of the kernel, scored by AgentDojo's own checks; its result row.
+
+    ``environment`` is the suite's, loaded with ``injections``; the run changes it.
+    """
     suite = benchmark.suite
     user_task = suite.user_tasks[user_task_id]
     injection_task = (suite.injection_tasks[injection_task_id]
                       if injection_task_id is not None else None)
-    injections = attack.attack(user_task, injection_task) if injection_task else {}
     kernel = BookKernel(benchmark, defense, user_task, injection_task)
     utility, security = suite.run_task_with_pipeline(kernel, user_task, injection_task,
-                                                     injections)
+                                                     injections, environment=environment)
     return row(defense, user_task_id, injection_task_id, bool(utility),
                bool(security) if injection_task else None)
 
@@ -533,11 +536,26 @@ def make_attack(benchmark: Benchmark) -> Any:
 def run_benchmark(benchmark: Benchmark, defenses: Sequence[str],
                   only: Sequence[tuple[str, str | None]] | None = None
                   ) -> list[dict[str, Any]]:
-    """Result rows for every defense and pair (or only the pairs in ``only``)."""
+    """Result rows for every defense and pair (or only the pairs in ``only``).
+
+    Each pair's environment is loaded once (parsing AgentDojo's YAML is most of the time)
+    and every defense runs on a deep copy of it, as AgentDojo's own suite check does.
+    """
+    suite = benchmark.suite
     attack = make_attack(benchmark)
-    chosen = list(only) if only is not None else list(pairs(benchmark.suite))
-    return [run_one(benchmark, defense, user_task, injection_task, attack)
-            for defense in defenses for user_task, injection_task in chosen]
+    chosen = list(only) if only is not None else list(pairs(suite))
+    rows = {}
+    for user_task_id, injection_task_id in chosen:
+        injections = (attack.attack(suite.user_tasks[user_task_id],
+                                    suite.injection_tasks[injection_task_id])
+                      if injection_task_id is not None else {})
+        loaded = suite.load_and_inject_default_environment(injections)
+        for defense in defenses:
+            rows[defense, user_task_id, injection_task_id] = run_one(
+                benchmark, defense, user_task_id, injection_task_id, injections,
+                loaded.model_copy(deep=True))
+    return [rows[defense, user_task, injection_task] for defense in defenses
+            for user_task, injection_task in chosen]
 
 
 def faithfulness(benchmark: Benchmark, rows: list[dict[str, Any]]
