@@ -101,10 +101,9 @@ from agentdojo.types import (ChatAssistantMessage, ChatMessage, ChatToolResultMe
                              text_content_block_from_string)
 
 from agentbook import (PROMPT_DEFENSE, SYSTEM_PROMPT, Limits, Observation, ProvenancePolicy,
-                       RunResult,
-                       ScriptedModel, ToolCall, ToolSpec, allow_all, answer_message,
-                       filter_tools, obedient_model, parse_tool_calls, run_agent,
-                       run_planned, spotlight_tools, tool_call_message)
+                       RunResult, ScriptedModel, ToolCall, ToolSpec, allow_all,
+                       answer_message, filter_tools, obedient_model, parse_tool_calls,
+                       run_agent, run_planned, spotlight_tools, tool_call_message)
 
 # The newest benchmark version of the pinned agentdojo; passed to get_suites as it is.
 BENCHMARK_VERSION = "v1.2.2"
