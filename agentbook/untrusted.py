@@ -558,6 +558,7 @@ def guard(scratch, library):
                         "_multiprocessing"})
     moves = ("os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod",
              "os.chown", "os.truncate", "os.utime", "shutil.")
+    packages = os.path.join(library, "site-packages")  # not for reading
     def inside(path, root):
         if not isinstance(path, (str, bytes, os.PathLike)):
             return False  # a file descriptor, or something stranger
@@ -573,8 +574,8 @@ def guard(scratch, library):
             path, mode, flags = args
             writes = flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT) or (
                 isinstance(mode, str) and set(mode) & set("wax+"))
-            if not (inside(path, scratch) or (
-                    not writes and inside(path, library))):
+            if not (inside(path, scratch) or (not writes and inside(
+                    path, library) and not inside(path, packages))):
                 raise PermissionError(f"sandbox: open {path!r} refused")
         if event.startswith(moves) and not inside(args[0], scratch) or (
                 event in ("os.listdir", "os.scandir") and not (inside(
@@ -616,7 +617,7 @@ class SandboxLimits:
     """What one sandboxed run may use. Every limit has a default."""
 
     cpu_seconds: int = 1
-    wall_seconds: float = 5.0
+    wall_seconds: float = 30.0
     memory_bytes: int = 256 * 2**20
     output_bytes: int = 16 * 2**10
 

@@ -277,6 +277,8 @@ posix_only = pytest.mark.skipif(sys.platform == "win32", reason="the sandbox nee
     ("open('/proc/self/fd/1').read()", "/proc/self/fd/1' refused"),
     ("import os; open(os.__file__, 'a')", "refused"),
     ("import gc; gc.get_objects()", "gc.get_objects refused"),
+    ("import os; open(os.path.join(os.path.dirname(os.__file__), 'site-packages', 'x'))",
+     "site-packages/x' refused"),
     ("(lambda: 0).__code__ = (lambda: 1).__code__", "object.__setattr__ refused"),
 ])
 def test_the_guard_refuses_each_escape(code: str, refusal: str) -> None:
@@ -298,7 +300,7 @@ def test_ordinary_code_runs_and_writes_only_a_scratch_folder_that_is_then_gone()
 
 @posix_only
 def test_the_limits_stop_spinning_sleeping_hoarding_and_flooding() -> None:
-    spin = run_sandboxed("while True: pass", SandboxLimits(cpu_seconds=1))
+    spin = run_sandboxed("while True: pass", SandboxLimits(cpu_seconds=1, wall_seconds=120))
     assert (spin["status"], spin["reason"]) == ("stopped", "used more than 1 s of processor time")
     sleep = run_sandboxed("import time; time.sleep(30)", SandboxLimits(wall_seconds=0.3))
     assert (sleep["status"], sleep["reason"]) == ("stopped", "ran longer than 0.3 s")
@@ -306,6 +308,9 @@ def test_the_limits_stop_spinning_sleeping_hoarding_and_flooding() -> None:
     assert (hoard["status"], hoard["output"]) == ("failed", "MemoryError\n")
     flood = run_sandboxed("while True: print('x' * 99)", SandboxLimits(output_bytes=1000))
     assert (flood["status"], len(flood["output"])) == ("stopped", 1000)
+    raw = run_sandboxed("import os\nwhile True: os.write(1, b'x' * 4096)",
+                        SandboxLimits(output_bytes=1000))
+    assert (raw["status"], len(raw["output"])) == ("stopped", 1000)
 
 
 @posix_only
