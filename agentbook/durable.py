@@ -510,7 +510,7 @@ Lookup = Callable[[str], Any]
 # From chapters/02_durable.ipynb, cell keyed-environment
 def make_keyed_environment() -> tuple[dict[str, ToolSpec],
                                       list[dict[str, Any]], Lookup]:
-    """Chapter 1's desk, whose refunds honour an idempotency key.
+    """Chapter 1's desk, whose refunds honor an idempotency key.
 
     ``refund_order`` takes a keyword ``idempotency_key`` that the model
     never sees (it is not in the schema). A key is applied at most once: a

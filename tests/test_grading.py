@@ -54,7 +54,7 @@ STUDENT = REPO_ROOT / "exercises" / "anatomy-exercises.ipynb"
 PUBLIC_TESTS = REPO_ROOT / "exercises" / "tests"
 FIXTURES = REPO_ROOT / FIXTURES_DIR
 # Every assignment, one per chapter with exercises: anatomy-exercises.ipynb is "anatomy".
-ASSIGNMENTS = ("anatomy", "durable")
+ASSIGNMENTS = ("anatomy", "durable", "untrusted")
 # The student files, Chapter 1's autograder zip, and every assignment's zip by name.
 Built = tuple[dict[str, str], Path, dict[str, Path]]
 
@@ -143,12 +143,14 @@ def test_solution_markers_are_removed_from_a_correct_answer() -> None:
 # The grading table
 
 
-def test_the_second_assignments_correct_submission_scores_full_marks(built: Built) -> None:
+@pytest.mark.parametrize("assignment", ASSIGNMENTS[1:])
+def test_a_later_assignments_correct_submission_scores_full_marks(
+        built: Built, assignment: str) -> None:
     # Chapter 1's correct submission is graded through the class command, with a class of
     # broken ones, below.
-    scores = grade("correct", built, "durable")
+    scores = grade("correct", built, assignment)
     assert {question: score.points for question, score in scores.items()} == (
-        autograded_points("durable"))
+        autograded_points(assignment))
     assert all(score.public_passed for score in scores.values())
 
 
