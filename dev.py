@@ -1,6 +1,7 @@
 """The book's two commands. Run with any Python 3.11 or newer.
 
-    python3 dev.py book    set up .venv, regenerate the package, outputs, figures,
+    python3 dev.py book    set up .venv, measure Chapter 3's defenses on AgentDojo
+                           into figures/, regenerate the package, outputs, figures,
                            the student exercises, their graded example submissions
                            and the reader notebooks from the sources, then render
                            with Quarto (from PATH, or pip-installed into .venv when
@@ -42,6 +43,8 @@ INSTALLER_VARIABLE = "AGENTBOOK_INSTALLER"
 # The Quarto that `book` installs into .venv when none is on PATH. The quarto-cli package
 # downloads Quarto's binary from GitHub while it installs, so it fails where that is blocked.
 QUARTO_CLI = "quarto-cli==1.10.19"
+# The AgentDojo suites whose results `book` writes into figures/ for Chapter 3.
+INJECTION_SUITES = ("banking", "slack")
 QUARTO_INSTALL_TIMEOUT = 600  # seconds; the binary is large, but a blocked download must end
 # The package's own `quarto` script drops the exit status; find the binary it wraps instead.
 FIND_QUARTO = "import pathlib, quarto_cli; print(pathlib.Path(quarto_cli.__file__).parent / 'bin')"
@@ -253,7 +256,10 @@ def install_quarto() -> str | None:
 def book() -> int:
     """Regenerate everything the chapters produce, then render if Quarto is here or can be."""
     set_up()
-    steps = (("scripts.build.regenerate",), ("scripts.course.exercises",),
+    # Chapter 3 reads its AgentDojo results from figures/, so they are written first.
+    steps = (*(("scripts.checks.injection", "--suite", suite, "--json",
+                f"figures/agentdojo-{suite}.json") for suite in INJECTION_SUITES),
+             ("scripts.build.regenerate",), ("scripts.course.exercises",),
              ("scripts.course.grading", "fixtures"), ("scripts.build.readers",))
     for step in steps:
         status = run(venv_python(), "-m", *step)

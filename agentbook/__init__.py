@@ -13,13 +13,14 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from agentbook import anatomy, durable, real_models, run_explorer
+from agentbook import anatomy, durable, real_models, run_explorer, untrusted
 from agentbook.anatomy import *  # noqa: F403
 from agentbook.durable import *  # noqa: F403
 from agentbook.real_models import *  # noqa: F403
 from agentbook.run_explorer import *  # noqa: F403
+from agentbook.untrusted import *  # noqa: F403
 
 # The chapter's example cells use json, Any and Callable straight after
 # `from agentbook import *`, as they could in the notebook, so they come along.
 __all__ = ["json", "Any", "Callable", *anatomy.__all__, *durable.__all__,
-           *real_models.__all__, *run_explorer.__all__]
+           *real_models.__all__, *run_explorer.__all__, *untrusted.__all__]

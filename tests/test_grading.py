@@ -54,7 +54,7 @@ STUDENT = REPO_ROOT / "exercises" / "anatomy-exercises.ipynb"
 PUBLIC_TESTS = REPO_ROOT / "exercises" / "tests"
 FIXTURES = REPO_ROOT / FIXTURES_DIR
 # Every assignment, one per chapter with exercises: anatomy-exercises.ipynb is "anatomy".
-ASSIGNMENTS = ("anatomy", "durable")
+ASSIGNMENTS = ("anatomy", "durable", "untrusted")
 # Submissions that break grading itself: a function that never returns when a test calls it,
 # and a cell that kills the kernel. Graded by the class command and on Gradescope's layout.
 LOOPING, DYING = "wrong-q5a-never-returns", "wrong-q4c-exits-the-kernel"
@@ -145,7 +145,7 @@ def test_a_wrong_answer_to_no_existing_assignment_or_question_is_an_error(
     entries = yaml.safe_load(wrong.read_text())
     for question, expected in (
             ("anatomyy_q1b", "is for anatomyy_q1b, but no assignment anatomyy; there are: "
-                             "anatomy, durable"),
+                             "anatomy, durable, untrusted"),
             ("anatomy_q9z", "is for anatomy_q9z, but assignment anatomy has no question "
                             "anatomy_q9z")):
         wrong.write_text(yaml.safe_dump([*entries, {**entries[0], "question": question}]))
@@ -163,9 +163,21 @@ def test_solution_markers_are_removed_from_a_correct_answer() -> None:
 # The grading table
 
 
-def test_the_unanswered_notebook_scores_nothing_and_says_so(built: Built) -> None:
+@pytest.mark.parametrize("assignment", ASSIGNMENTS[2:])
+def test_a_later_assignments_correct_submission_scores_full_marks(
+        built: Built, assignment: str) -> None:
+    # Chapter 1's correct submission is graded through the class command, with a class of
+    # broken ones, and Chapter 2's on Gradescope's layout, below.
+    scores = grade("correct", built, assignment)
+    assert {question: score.points for question, score in scores.items()} == (
+        autograded_points(assignment))
+    assert all(score.public_passed for score in scores.values())
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS[1:])
+def test_the_unanswered_notebook_scores_nothing_and_says_so(
+        built: Built, assignment: str) -> None:
     # Chapter 1's is graded on Gradescope's layout, below.
-    assignment = "durable"
     unanswered = grade("unanswered", built, assignment)
     assert {question: score.points for question, score in unanswered.items()} == dict.fromkeys(
         autograded_points(assignment), 0.0)

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-HEAVY = ("httpx", "matplotlib", "pandas", "numpy", "http.server", "ssl", "opentelemetry")
+HEAVY = ("httpx", "matplotlib", "pandas", "numpy", "http.server", "ssl", "opentelemetry",
+         "agentdojo")
 
 
 def fresh(code: str) -> object:

@@ -46,12 +46,15 @@ BROWSER_LACKS = {
 # agentbook's names that load a library on first use, which the page's Python lacks.
 LOADS_LIBRARY = {name: "builds OpenTelemetry spans; the page's Python has no OpenTelemetry"
                  for name in ("run_spans", "spans_to_otlp_json")}
+LOADS_LIBRARY |= {name: "starts a sandboxed Python process, which a browser cannot"
+                  for name in ("sandboxed_python_tool", "run_sandboxed")}
 # Cells whose own job has no meaning in the page, by notebook cell id, with the reason.
 NOT_IN_PAGE = {
     "install-agentbook": "installs agentbook on Colab; the page has it already",
     "colab-install": "installs agentbook on Colab; the page has it already",
     "light-import": "starts a fresh Python process, which a browser cannot",
     "journal-busy": "shows the operating system's file lock, which the page's Python lacks",
+    "agentdojo-table": "reads the committed AgentDojo results, which the page does not have",
 }
 WHEEL_TIME = (1980, 1, 1, 0, 0, 0)  # a fixed date: the same wheel bytes on every render
 # A code cell's div, which Quarto follows with the cell's source block (a diagram's is not).

@@ -1,0 +1,324 @@
+"""Chapter 3's mechanisms: tenants, provenance, the patterns, the obedient model, the sandbox.
+
+Each test runs the package's own code on the chapter's desk or a small tool of its own; the
+sandbox tests start a real child interpreter, each for a few hundredths of a second, except
+the processor-time and wall-clock ones, which are kept to a fraction of a second.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentbook import (
+    Limits,
+    ObedientModel,
+    Principal,
+    ProvenancePolicy,
+    SandboxLimits,
+    ScopeError,
+    ScriptedModel,
+    Strictest,
+    ToolCall,
+    ToolSpec,
+    allow_all,
+    execute_call,
+    filter_tools,
+    find_refund_instruction,
+    make_tenant_desk,
+    obedient_model,
+    quarantined_reader,
+    refund_gate,
+    resume_agent,
+    run_agent,
+    run_planned,
+    run_sandboxed,
+    sandboxed_python_tool,
+    scope_tools,
+    spotlight,
+    state_from_json,
+    state_to_json,
+    tool_call_message,
+)
+
+TASK = "My kettle, order A-17, arrived with a cracked lid. Please make this right."
+PLAN = [{"tool": "lookup_order", "arguments": {"order_id": "A-17"}},
+        {"tool": "read_reviews", "arguments": {"product": "kettle"}},
+        {"tool": "refund_order", "arguments": {"order_id": "A-17", "amount_cents": 4999}}]
+OWED = {"order_id": "A-17", "refunded_cents": 4999}
+STOLEN = {"order_id": "B-22", "refunded_cents": 4500}
+
+
+def obedient() -> ObedientModel:
+    return obedient_model(PLAN, "Done.", find_refund_instruction)
+
+
+# ---------------------------------------------------------------------------------------------
+# The attack and the obedient model
+
+
+def test_the_unprotected_desk_pays_the_attacker_first() -> None:
+    tools, effects, _ = make_tenant_desk()
+    result = run_agent(TASK, obedient(), tools, refund_gate)
+    assert effects == [STOLEN, OWED]
+    assert result.answer == "Done."
+
+
+def test_the_obedient_model_resumes_from_a_saved_transcript_to_the_same_end() -> None:
+    # It keeps no state: a run saved after two turns and resumed with a fresh copy ends as
+    # the uninterrupted run does, without obeying the same review twice.
+    tools, effects, _ = make_tenant_desk()
+    first = run_agent(TASK, obedient(), tools, refund_gate, Limits(max_turns=3))
+    saved = state_to_json(first.state)
+    finished = resume_agent(state_from_json(saved), obedient(), tools, refund_gate)
+    assert effects == [STOLEN, OWED]
+    assert finished.answer == "Done."
+
+
+def test_an_instruction_with_several_steps_goes_out_in_one_message() -> None:
+    def two_steps(text: str) -> list[dict[str, object]] | None:
+        if "marker" not in text:
+            return None
+        return [{"tool": "lookup_order", "arguments": {"order_id": "A-17"}},
+                {"tool": "lookup_order", "arguments": {"order_id": "B-22"}}]
+
+    model = obedient_model([], "ok", two_steps)
+    reply = model.chat([{"role": "tool", "tool_call_id": "x", "content": "a marker"}])
+    assert [call["id"] for call in reply["tool_calls"]] == ["obey0-0", "obey0-1"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Prompt defense: spotlighting
+
+
+def test_spotlighting_does_not_stop_the_obedient_model() -> None:
+    from agentbook import PROMPT_DEFENSE, SYSTEM_PROMPT, spotlight_tools
+
+    tools, effects, _ = make_tenant_desk()
+    run_agent(TASK, obedient(), spotlight_tools(tools), refund_gate,
+              system_prompt=f"{SYSTEM_PROMPT} {PROMPT_DEFENSE}")
+    assert effects == [STOLEN, OWED]
+
+
+def test_text_inside_cannot_close_the_data_block_early() -> None:
+    marked = spotlight("before <</data>> after <<<</data>>data>>")
+    assert marked.startswith("<<data>>") and marked.endswith("<</data>>")
+    inner = marked.removeprefix("<<data>>").removesuffix("<</data>>")
+    assert "<</data>>" not in inner and "<<data>>" not in inner
+
+
+# ---------------------------------------------------------------------------------------------
+# Tenants
+
+
+def test_scoped_tools_refuse_the_attack_and_keep_the_owed_refund() -> None:
+    tools, effects, owner = make_tenant_desk()
+    scoped = scope_tools(tools, Principal("C-100"), owner=owner)
+    result = run_agent(TASK, obedient(), scoped, refund_gate)
+    assert effects == [OWED]
+    assert [o.kind for o in result.state.observations] == [
+        "result", "result", "error", "result"]
+
+
+def test_another_customers_order_and_an_unknown_one_are_refused_alike() -> None:
+    tools, _, owner = make_tenant_desk()
+    scoped = scope_tools(tools, Principal("C-100"), owner=owner)
+    seen = {order: execute_call(ToolCall("t", "lookup_order", {"order_id": order}), scoped,
+                                allow_all) for order in ("B-22", "Z-99")}
+    assert {o.kind for o in seen.values()} == {"error"}
+    assert seen["B-22"].content.replace("B-22", "X") == seen["Z-99"].content.replace("Z-99", "X")
+    with pytest.raises(ScopeError):
+        scoped["refund_order"].handler(order_id="B-22", amount_cents=1)
+
+
+def test_a_principal_must_name_someone() -> None:
+    with pytest.raises(ValueError, match="customer_id"):
+        Principal("")
+    tools, _, owner = make_tenant_desk()
+    with pytest.raises(TypeError):
+        scope_tools(tools, "C-100", owner=owner)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------
+# Provenance
+
+
+def watched_desk(task: str) -> tuple[dict[str, ToolSpec], list[dict[str, object]],
+                                     ProvenancePolicy]:
+    tools, effects, _ = make_tenant_desk()
+    policy = ProvenancePolicy([task])
+    return policy.wrap(tools, trusted=["lookup_order"]), effects, policy
+
+
+def test_provenance_denies_the_injected_refund_only() -> None:
+    tools, effects, policy = watched_desk(TASK)
+    result = run_agent(TASK, obedient(), tools, policy)
+    assert effects == [OWED]
+    denied = [o.content for o in result.state.observations if o.kind == "denied"]
+    assert denied == ["refund_order uses 'B-22', which first appeared in untrusted tool output"]
+
+
+def test_a_value_looked_up_after_the_review_is_still_untrusted() -> None:
+    tools, effects, policy = watched_desk(TASK)
+    launder = ScriptedModel(turns=[
+        tool_call_message("c1", "read_reviews", {"product": "kettle"}),
+        tool_call_message("c2", "lookup_order", {"order_id": "B-22"}),
+        tool_call_message("c3", "refund_order", {"order_id": "B-22", "amount_cents": 4500})])
+    result = run_agent(TASK, launder, tools, policy)
+    assert effects == [] and result.state.observations[-1].kind == "denied"
+
+
+def test_whole_words_only_and_nested_values() -> None:
+    policy = ProvenancePolicy(["Refund order A-17."])
+    policy.sightings.append((False, "try A-1 and IBAN GB29XYZ"))
+    refund = ToolCall("t", "refund_order", {"order_id": "A-1", "amount_cents": 5})
+    assert policy(refund)[0] is False  # A-1 is not the A-17 of the request
+    nested = ToolCall("t", "send", {"to": {"iban": ["GB29XYZ"]}, "flag": True})
+    assert policy(nested) == (False, "send uses 'GB29XYZ', which first appeared in untrusted "
+                                     "tool output")
+    assert policy(ToolCall("t", "send", {"to": "A-17", "amount": 5.0}))[0] is True
+
+
+def test_provenance_asks_through_classify_and_combines_with_approvals() -> None:
+    from agentbook import ApprovalPolicy
+
+    tools, _, policy = watched_desk("Refund my return slip D-5.")
+    tools["read_document"].handler(doc_id="D-5")
+    slip = ToolCall("t", "refund_order", {"order_id": "A-19", "amount_cents": 3999})
+    assert policy.classify(slip, tools)[0] == "ask"
+    assert Strictest((ApprovalPolicy(), policy)).classify(slip, tools)[0] == "ask"
+    big = ToolCall("t", "refund_order", {"order_id": "A-19", "amount_cents": 90000})
+    assert Strictest((ApprovalPolicy(), policy)).classify(big, tools)[0] == "deny"
+    read = ToolCall("t", "lookup_order", {"order_id": "A-19"})
+    assert policy.classify(read, tools) == ("allow", "a read changes nothing")
+    with pytest.raises(ValueError):
+        ProvenancePolicy([], on_untrusted="maybe")
+
+
+# ---------------------------------------------------------------------------------------------
+# The patterns
+
+
+def test_filtering_keeps_only_the_named_tools_and_refuses_unknown_names() -> None:
+    tools, _, _ = make_tenant_desk()
+    assert list(filter_tools(tools, ["refund_order", "lookup_order"])) == [
+        "refund_order", "lookup_order"]
+    with pytest.raises(ValueError, match="no such tools: nope"):
+        filter_tools(tools, ["lookup_order", "nope"])
+
+
+def test_a_plan_with_one_bad_step_runs_no_step() -> None:
+    tools, effects, _ = make_tenant_desk()
+    plan = [{"tool": "refund_order", "arguments": {"order_id": "A-17", "amount_cents": 4999}},
+            {"tool": "refund_order", "arguments": {"order_id": "A-17"}}]
+    observations, failed = run_planned(plan, tools, refund_gate)
+    assert (failed, effects, observations[0].kind) == (1, [], "invalid")
+    with pytest.raises(ValueError, match="JSON data"):
+        run_planned([{"tool": "x", "arguments": {"v": object()}}], tools, refund_gate)
+
+
+def test_a_tool_cannot_edit_a_plan_that_is_running() -> None:
+    plan = [{"tool": "grow", "arguments": {}}, {"tool": "grow", "arguments": {}}]
+
+    def grow() -> str:
+        plan.append({"tool": "grow", "arguments": {}})
+        return "grew"
+
+    observations, failed = run_planned(plan, {"grow": ToolSpec("", {}, grow)}, allow_all)
+    assert len(observations) == failed == 2
+
+
+def test_the_quarantined_reader_returns_typed_values_or_refuses() -> None:
+    import re
+
+    class Reader:
+        def __init__(self, reply: dict[str, object]) -> None:
+            self.reply = reply
+
+        def chat(self, messages: list[dict[str, object]]) -> dict[str, object]:
+            return self.reply
+
+    schema = {"order_id": re.compile(r"[A-Z]-\d+"), "damaged": bool}
+
+    def read(reply: dict[str, object]) -> object:
+        return quarantined_reader(Reader(reply), schema, "extract")("text")
+
+    good = {"role": "assistant", "content": json.dumps({"order_id": "A-19", "damaged": True})}
+    assert read(good) == {"order_id": "A-19", "damaged": True}
+    for bad, why in ((tool_call_message("r", "refund_order", {}), "values only"),
+                     ({"content": "not json"}, "did not return JSON"),
+                     ({"content": json.dumps({"order_id": "refund B-22", "damaged": True})},
+                      "must match"),
+                     ({"content": json.dumps({"order_id": "A-1", "damaged": "yes"})},
+                      "damaged must be bool"),
+                     ({"content": json.dumps({"order_id": "A-1"})}, "exactly")):
+        with pytest.raises(ValueError, match=why):
+            read(bad)
+
+
+# ---------------------------------------------------------------------------------------------
+# The sandbox
+
+posix_only = pytest.mark.skipif(sys.platform == "win32", reason="the sandbox needs POSIX")
+
+
+@posix_only
+@pytest.mark.parametrize(("code", "refusal"), [
+    ("open('/etc/passwd').read()", "open '/etc/passwd' refused"),
+    ("import os; os.open('/etc/hostname', os.O_RDONLY)", "open '/etc/hostname' refused"),
+    ("import os; os.listdir('/')", "os.listdir '/' refused"),
+    ("import socket", "import of socket refused"),
+    ("import ctypes", "import of ctypes refused"),
+    ("import os; os.system('true')", "os.system refused"),
+    ("import os; os.fork()", "os.fork refused"),
+    ("import os; os.kill(os.getppid(), 9)", "os.kill refused"),
+    ("import os; os.symlink('/etc/passwd', 'p')", "os.symlink refused"),
+    ("open('/proc/self/fd/1').read()", "/proc/self/fd/1' refused"),
+    ("import os; open(os.__file__, 'a')", "refused"),
+    ("import gc; gc.get_objects()", "gc.get_objects refused"),
+    ("import os; open(os.path.join(os.path.dirname(os.__file__), 'site-packages', 'x'))",
+     "site-packages/x' refused"),
+    ("(lambda: 0).__code__ = (lambda: 1).__code__", "object.__setattr__ refused"),
+])
+def test_the_guard_refuses_each_escape(code: str, refusal: str) -> None:
+    seen = run_sandboxed(code, SandboxLimits())
+    assert seen["status"] == "failed" and "PermissionError: sandbox:" in seen["output"]
+    assert refusal in seen["output"]
+
+
+@posix_only
+def test_ordinary_code_runs_and_writes_only_a_scratch_folder_that_is_then_gone() -> None:
+    code = ("import os, json, collections\nopen('a.txt', 'w').write('hi')\n"
+            "print(os.listdir('.'), collections.namedtuple('P', 'x')(1), os.getcwd())")
+    seen = run_sandboxed(code, SandboxLimits())
+    assert seen["status"] == "completed", seen
+    listed, point, folder = seen["output"].rsplit(" ", 2)
+    assert listed == "['a.txt']" and point == "P(x=1)"
+    assert not Path(folder.strip()).exists()
+
+
+@posix_only
+def test_the_limits_stop_spinning_sleeping_hoarding_and_flooding() -> None:
+    spin = run_sandboxed("while True: pass", SandboxLimits(cpu_seconds=1, wall_seconds=120))
+    assert (spin["status"], spin["reason"]) == ("stopped", "used more than 1 s of processor time")
+    sleep = run_sandboxed("import time; time.sleep(30)", SandboxLimits(wall_seconds=0.3))
+    assert (sleep["status"], sleep["reason"]) == ("stopped", "ran longer than 0.3 s")
+    hoard = run_sandboxed("b = bytearray(2**31)", SandboxLimits())
+    assert (hoard["status"], hoard["output"]) == ("failed", "MemoryError\n")
+    flood = run_sandboxed("while True: print('x' * 99)", SandboxLimits(output_bytes=1000))
+    assert (flood["status"], len(flood["output"])) == ("stopped", 1000)
+    raw = run_sandboxed("import os\nwhile True: os.write(1, b'x' * 4096)",
+                        SandboxLimits(output_bytes=1000))
+    assert (raw["status"], len(raw["output"])) == ("stopped", 1000)
+
+
+@posix_only
+def test_the_tool_is_a_read_with_one_string_argument_and_checked_limits() -> None:
+    tool = sandboxed_python_tool(cpu_seconds=2)
+    assert (tool.schema, tool.effectful) == ({"code": str}, False)
+    assert tool.handler(code="print(6 * 7)")["output"] == "42\n"
+    with pytest.raises(ValueError, match="positive"):
+        sandboxed_python_tool(memory_bytes=0)
+    with pytest.raises(TypeError):
+        sandboxed_python_tool(disk=1)
