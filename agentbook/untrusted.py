@@ -622,9 +622,13 @@ class SandboxLimits:
     output_bytes: int = 16 * 2**10
 
     def __post_init__(self) -> None:
-        if min(self.cpu_seconds, self.wall_seconds, self.memory_bytes,
-               self.output_bytes) <= 0:
-            raise ValueError("every sandbox limit must be positive")
+        whole = (self.cpu_seconds, self.memory_bytes, self.output_bytes)
+        if not all(type(value) is int and value > 0 for value in whole):
+            raise ValueError("cpu_seconds, memory_bytes and output_bytes must "
+                             "be positive whole numbers")
+        if type(self.wall_seconds) not in (int, float) or not (
+                0 < self.wall_seconds < float("inf")):
+            raise ValueError("wall_seconds must be a positive number")
 
 
 def _stdlib_folder() -> str:

@@ -318,7 +318,9 @@ def test_the_tool_is_a_read_with_one_string_argument_and_checked_limits() -> Non
     tool = sandboxed_python_tool(cpu_seconds=2)
     assert (tool.schema, tool.effectful) == ({"code": str}, False)
     assert tool.handler(code="print(6 * 7)")["output"] == "42\n"
-    with pytest.raises(ValueError, match="positive"):
-        sandboxed_python_tool(memory_bytes=0)
+    for bad in ({"memory_bytes": 0}, {"cpu_seconds": 1.5}, {"output_bytes": "9"},
+                {"wall_seconds": float("nan")}, {"cpu_seconds": True}):
+        with pytest.raises(ValueError, match="positive"):
+            sandboxed_python_tool(**bad)
     with pytest.raises(TypeError):
         sandboxed_python_tool(disk=1)
