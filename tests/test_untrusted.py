@@ -347,3 +347,16 @@ def test_importing_agentbook_starts_no_process_tool_and_loads_no_benchmark() -> 
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           check=True, cwd=Path(__file__).resolve().parent.parent)
     assert done.stdout == "[]\n"
+
+
+@pytest.mark.parametrize(("platform", "name"), [("emscripten", "posix"), ("win32", "nt")])
+def test_where_no_sandbox_can_run_the_tool_says_why(monkeypatch: pytest.MonkeyPatch,
+                                                    platform: str, name: str) -> None:
+    import agentbook.untrusted as untrusted
+
+    monkeypatch.setattr(untrusted.sys, "platform", platform)
+    monkeypatch.setattr(untrusted.os, "name", name)
+    with pytest.raises(OSError, match="WebAssembly|POSIX"):
+        sandboxed_python_tool()
+    with pytest.raises(OSError, match="WebAssembly|POSIX"):
+        run_sandboxed("print(1)", SandboxLimits())
