@@ -622,9 +622,13 @@ class SandboxLimits:
     output_bytes: int = 16 * 2**10
 
     def __post_init__(self) -> None:
-        if min(self.cpu_seconds, self.wall_seconds, self.memory_bytes,
-               self.output_bytes) <= 0:
-            raise ValueError("every sandbox limit must be positive")
+        whole = (self.cpu_seconds, self.memory_bytes, self.output_bytes)
+        if not all(type(value) is int and value > 0 for value in whole):
+            raise ValueError("cpu_seconds, memory_bytes and output_bytes must "
+                             "be positive whole numbers")
+        if type(self.wall_seconds) not in (int, float) or not (
+                0 < self.wall_seconds < float("inf")):
+            raise ValueError("wall_seconds must be a positive number")
 
 
 def _stdlib_folder() -> str:
@@ -641,6 +645,15 @@ def _child_command(scratch: str, limits: SandboxLimits) -> list[str]:
 
 
 # From chapters/03_untrusted.ipynb, cell sandbox-outcome
+def _sandbox_problem() -> str | None:
+    """Why this Python cannot run the sandbox, or None if it can."""
+    if sys.platform in ("emscripten", "wasi"):
+        return "the sandbox starts a process, which WebAssembly Python cannot"
+    if os.name != "posix":
+        return "the sandbox needs POSIX resource limits"
+    return None
+
+
 def _ending(returncode: int | None, output_size: int,
             limits: SandboxLimits) -> tuple[str, str]:
     """``(status, reason)`` for how the child ended; None: it timed out."""
@@ -668,6 +681,8 @@ def run_sandboxed(code: str, limits: SandboxLimits) -> dict[str, str]:
     the output limit caps. Returns the status, the reason and the output.
     """
     import subprocess
+    if (problem := _sandbox_problem()) is not None:
+        raise OSError(problem)
     with tempfile.TemporaryDirectory(prefix="agentbook-sandbox-") as folder:
         scratch, log = Path(folder, "scratch"), Path(folder, "output")
         scratch.mkdir()
@@ -693,11 +708,11 @@ def sandboxed_python_tool(**limits: Any) -> ToolSpec:
     Its one argument, ``code``, is the program. Keyword options override
     ``SandboxLimits``' defaults (``cpu_seconds=2``, say). The tool counts
     as a read: whatever the code writes goes to a scratch folder that is
-    deleted when the run ends. Needs a POSIX system (Linux or macOS).
+    deleted when the run ends. Needs Linux or macOS, not WebAssembly.
     """
     chosen = SandboxLimits(**limits)
-    if os.name != "posix":
-        raise OSError("the sandbox needs POSIX resource limits")
+    if (problem := _sandbox_problem()) is not None:
+        raise OSError(problem)
     return ToolSpec(
         "Run a Python program and return what it prints. No files outside "
         "its working folder, no network, about "

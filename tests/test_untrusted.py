@@ -318,7 +318,45 @@ def test_the_tool_is_a_read_with_one_string_argument_and_checked_limits() -> Non
     tool = sandboxed_python_tool(cpu_seconds=2)
     assert (tool.schema, tool.effectful) == ({"code": str}, False)
     assert tool.handler(code="print(6 * 7)")["output"] == "42\n"
-    with pytest.raises(ValueError, match="positive"):
-        sandboxed_python_tool(memory_bytes=0)
+    for bad in ({"memory_bytes": 0}, {"cpu_seconds": 1.5}, {"output_bytes": "9"},
+                {"wall_seconds": float("nan")}, {"cpu_seconds": True}):
+        with pytest.raises(ValueError, match="positive"):
+            sandboxed_python_tool(**bad)
     with pytest.raises(TypeError):
         sandboxed_python_tool(disk=1)
+
+
+@posix_only
+def test_two_runs_at_once_each_get_their_own_scratch_folder() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def run(word: str) -> str:
+        code = (f"open('shared.txt', 'w').write({word!r})\nimport time; time.sleep(0.2)\n"
+                "print(open('shared.txt').read())")
+        return run_sandboxed(code, SandboxLimits())["output"]
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        assert list(pool.map(run, ["first", "second"])) == ["first\n", "second\n"]
+
+
+def test_importing_agentbook_starts_no_process_tool_and_loads_no_benchmark() -> None:
+    import subprocess
+
+    probe = ("import sys, agentbook\n"
+             "print([m for m in ('subprocess', 'resource', 'agentdojo') if m in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True, cwd=Path(__file__).resolve().parent.parent)
+    assert done.stdout == "[]\n"
+
+
+@pytest.mark.parametrize(("platform", "name"), [("emscripten", "posix"), ("win32", "nt")])
+def test_where_no_sandbox_can_run_the_tool_says_why(monkeypatch: pytest.MonkeyPatch,
+                                                    platform: str, name: str) -> None:
+    import agentbook.untrusted as untrusted
+
+    monkeypatch.setattr(untrusted.sys, "platform", platform)
+    monkeypatch.setattr(untrusted.os, "name", name)
+    with pytest.raises(OSError, match="WebAssembly|POSIX"):
+        sandboxed_python_tool()
+    with pytest.raises(OSError, match="WebAssembly|POSIX"):
+        run_sandboxed("print(1)", SandboxLimits())
