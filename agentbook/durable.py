@@ -55,6 +55,7 @@ __all__ = [
     "run_with_approvals",
     "continue_with_approvals",
     "Lookup",
+    "keyed_refunds",
     "make_keyed_environment",
     "resume_with_decisions",
     "paused_from_json",
@@ -375,18 +376,17 @@ def _takes_key(spec: ToolSpec) -> bool:
     return "idempotency_key" in inspect.signature(spec.handler).parameters
 
 
-# From chapters/02_durable.ipynb, cell keyed-environment
-def make_keyed_environment() -> tuple[dict[str, ToolSpec],
-                                      list[dict[str, Any]], Lookup]:
-    """Chapter 1's desk, whose refunds honor an idempotency key.
+# From chapters/02_durable.ipynb, cell keyed-refunds
+def keyed_refunds(effects: list[dict[str, Any]],
+                  ) -> tuple[Callable[..., dict[str, Any]], Lookup]:
+    """A refund handler over ``effects`` that honors idempotency keys.
 
-    ``refund_order`` takes a keyword ``idempotency_key`` that the model
-    never sees (it is not in the schema). A key is applied at most once: a
+    The handler takes a keyword ``idempotency_key`` that the model never
+    sees (it is not in the schema). A key is applied at most once: a
     repeat returns the first receipt and appends nothing, and a key reused
     for another refund is a ValueError. ``lookup(key)`` returns the
     arguments and receipt recorded under a key, or None if none was.
     """
-    tools, effects = make_environment()
     applied: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
 
     def refund_order(order_id: str, amount_cents: int, *,
@@ -410,6 +410,15 @@ def make_keyed_environment() -> tuple[dict[str, ToolSpec],
         asked, receipt = applied[key]
         return {"arguments": asked, "receipt": receipt}
 
+    return refund_order, lookup
+
+
+# From chapters/02_durable.ipynb, cell keyed-environment
+def make_keyed_environment() -> tuple[dict[str, ToolSpec],
+                                      list[dict[str, Any]], Lookup]:
+    """Chapter 1's desk, its refunds keyed by ``keyed_refunds``."""
+    tools, effects = make_environment()
+    refund_order, lookup = keyed_refunds(effects)
     tools["refund_order"] = replace(tools["refund_order"],
                                     handler=refund_order)
     return tools, effects, lookup

@@ -6,6 +6,7 @@ import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from functools import wraps
 from typing import Any
 from agentbook.anatomy import (
     Gate,
@@ -20,6 +21,7 @@ from agentbook.anatomy import (
     tool_call_message,
     validate_call,
 )
+from agentbook.durable import keyed_refunds
 import os
 import sys
 import tempfile
@@ -82,6 +84,7 @@ def _desk_tools(orders: dict[str, dict[str, Any]],
                 ) -> tuple[dict[str, ToolSpec], list[dict[str, Any]], Owner]:
     """The desk's four tools over its tables, its effect log, its owner."""
     effects: list[dict[str, Any]] = []
+    refund_order, _ = keyed_refunds(effects)
 
     def lookup_order(order_id: str) -> dict[str, Any]:
         if order_id not in orders:
@@ -92,10 +95,6 @@ def _desk_tools(orders: dict[str, dict[str, Any]],
         if doc_id not in documents:
             raise KeyError(f"no such document: {doc_id}")
         return str(documents[doc_id]["text"])
-
-    def refund_order(order_id: str, amount_cents: int) -> dict[str, Any]:
-        effects.append({"order_id": order_id, "refunded_cents": amount_cents})
-        return effects[-1]
 
     tools = {
         "lookup_order": ToolSpec("Fetch an order: owner, product, status, "
@@ -237,6 +236,7 @@ def spotlight(result: Any) -> str:
 def spotlight_tools(tools: dict[str, ToolSpec]) -> dict[str, ToolSpec]:
     """New tools whose results reach the model delimited as data."""
     def marked(spec: ToolSpec) -> ToolSpec:
+        @wraps(spec.handler)
         def handler(**arguments: Any) -> str:
             return spotlight(spec.handler(**arguments))
         return replace(spec, handler=handler)
@@ -267,6 +267,7 @@ class ScopeError(ValueError):
 def _scoped(name: str, spec: ToolSpec, principal: Principal,
             owner: Owner) -> ToolSpec:
     """``spec`` with a handler that first checks whose resource it is."""
+    @wraps(spec.handler)
     def handler(**arguments: Any) -> Any:
         holder = owner(name, arguments)
         if holder is not None and holder != principal.customer_id:
@@ -338,8 +339,8 @@ class ProvenanceRecord:
         return {name: replace(spec, handler=self._recording(
                     spec, name in vouched)) for name, spec in tools.items()}
 
-    def _recording(self, spec: ToolSpec,
-                   trusted: bool) -> Callable[..., Any]:
+    def _recording(self, spec: ToolSpec, trusted: bool) -> Callable[..., Any]:
+        @wraps(spec.handler)
         def handler(**arguments: Any) -> Any:
             result = spec.handler(**arguments)
             text = result if isinstance(result, str) else json.dumps(
@@ -536,6 +537,7 @@ def quarantine_tools(tools: dict[str, ToolSpec],
     by the quarantined reader: the model sees only the typed values."""
     def through(spec: ToolSpec,
                 read: Callable[[Any], dict[str, Any]]) -> ToolSpec:
+        @wraps(spec.handler)
         def handler(**arguments: Any) -> dict[str, Any]:
             return read(spec.handler(**arguments))
         return replace(spec, handler=handler)
