@@ -191,6 +191,31 @@ def exercise_steps(notebook: Path) -> list[dict[str, str]]:
     return steps
 
 
+def test_imports_lacking(source: str) -> str | None:
+    """Why a public test file cannot run in the page: an import, anywhere in it, of what the
+    page's Python lacks (otter's own is stood in for by live/runner.py)."""
+    imports = [node for node in ast.walk(ast.parse(source))
+               if isinstance(node, ast.Import | ast.ImportFrom)
+               and not any(name.split(".")[0] == "otter" for name in (
+                   [alias.name for alias in node.names] if isinstance(node, ast.Import)
+                   else [node.module or ""]))]
+    return lacking_module(ast.Module(body=list(imports), type_ignores=[]))
+
+
+def mark_static_steps(steps: list[dict[str, str]], tests: dict[str, str]) -> None:
+    """Give each set-up cell or question the page cannot run a `static` reason, as
+    `classify` decides for a chapter's cells; a question is also static when its public
+    tests import what the page lacks. The page then says it checks only in Jupyter."""
+    code = [step for step in steps if step["kind"] != "check"]
+    reasons = classify([{"id": step["id"], "source": [step["source"]]} for step in code])
+    tested_by = {step["id"]: step["name"] for step in steps if step["kind"] == "check"}
+    for step, reason in zip(code, reasons, strict=True):
+        if not reason and step["id"] in tested_by:
+            reason = test_imports_lacking(tests[tested_by[step["id"]]])
+        if reason:
+            step["static"] = reason
+
+
 def write_exercises(chapter: Path, target: Path) -> None:
     """The exercises of chapters/01_anatomy.ipynb, if any, from exercises/anatomy-exercises."""
     notebook = ROOT / "exercises" / f"{chapter.stem.split('_', 1)[-1]}-exercises.ipynb"
@@ -199,6 +224,7 @@ def write_exercises(chapter: Path, target: Path) -> None:
     steps = exercise_steps(notebook)
     tests = {step["name"]: (notebook.parent / "tests" / f"{step['name']}.py")
              .read_text(encoding="utf-8") for step in steps if step["kind"] == "check"}
+    mark_static_steps(steps, tests)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps({"notebook": notebook.name, "steps": steps, "tests": tests},
                                  indent=1), encoding="utf-8")

@@ -1,0 +1,298 @@
+"""The page's Python (live/runner.py in live/worker.js) behaves as Jupyter's does.
+
+The first tests run live/runner.py in this Python, which is quick: cells compile as IPython
+compiles them, output is capped and sent in batches, and a check runs in a world an answer
+cannot change for the next check (in a subprocess, since a check restores every module).
+The browser tests then drive the same runner in Pyodide through the worker's messages, on
+the book rendered once per run (tests/conftest.py): every model answer of the graded
+fixtures passes its check or its question is marked as checking only in Jupyter, the page
+shows what IPython stored for cells written for these cases, and printed text arrives
+while the cell runs. They skip where Quarto, Chromium or playwright is missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import importlib.util
+import json
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scripts.build import live_book
+from tests.test_live import context, served  # noqa: F401 - the book served, one Chromium
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = ROOT / "tests" / "fixtures" / "live" / "ipython-cases.ipynb"
+SUBMISSIONS = ROOT / "tests" / "fixtures" / "submissions"
+MODEL_ANSWERS = {"01_anatomy": SUBMISSIONS / "correct.ipynb",
+                 "02_durable": SUBMISSIONS / "durable" / "correct.ipynb"}
+TIMEOUT = 120_000  # ms; Pyodide loads, then the cells run
+
+
+def load_runner() -> types.ModuleType:
+    """A fresh copy of live/runner.py, as the worker loads it (without `seal`, which would
+    change this process's input())."""
+    spec = importlib.util.spec_from_file_location("agentbook_live", ROOT / "live" / "runner.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def runner() -> types.ModuleType:
+    return load_runner()
+
+
+def ran(runner: types.ModuleType, code: str, world: Any = None,
+        send: Any = None) -> dict[str, Any]:
+    reply = runner.run(code, "c", world, send)
+    return json.loads(reply if isinstance(reply, str) else asyncio.run(reply))
+
+
+# --- Outputs as Jupyter lists them ------------------------------------------------------------
+
+def stored_outputs(cell: dict[str, Any]) -> list[list[str]]:
+    """A notebook cell's outputs as [kind, text, html] rows, streams of one name merged."""
+    rows: list[list[str]] = []
+    for output in cell["outputs"]:
+        kind = output["output_type"]
+        if kind == "stream":
+            text = "".join(output["text"])
+            if rows and rows[-1][:2] == ["stream", output["name"]]:
+                rows[-1][2] += text
+            else:
+                rows.append(["stream", output["name"], text])
+        else:
+            data = output["data"]
+            rows.append(["result" if kind == "execute_result" else "display",
+                         "".join(data["text/plain"]), "".join(data.get("text/html", ""))])
+    return rows
+
+
+def page_outputs(reply: dict[str, Any]) -> list[list[str]]:
+    """The same rows from the page runner's reply."""
+    return [["stream", item["name"], item["text"]] if item["type"] == "stream"
+            else [item["type"], item["text"], item["html"] or ""] for item in reply["outputs"]]
+
+
+def cases() -> list[dict[str, Any]]:
+    cells = json.loads(CASES.read_text(encoding="utf-8"))["cells"]
+    return [cell for cell in cells if cell["cell_type"] == "code"]
+
+
+def test_cells_compile_as_ipython_compiles_them(runner: types.ModuleType,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """`__future__` flags of the runner do not leak, a cell's own do carry on, `;` hides the
+    value, display() shows, top-level await works, input() raises IPython's error, and a
+    class defined in a cell pickles: as IPython stored them."""
+    monkeypatch.setattr(builtins, "input", runner.no_input)  # as seal() does in the worker
+    world = runner.World()
+    for cell in cases():
+        reply = ran(runner, "".join(cell["source"]), world)
+        assert reply["error"] is None, reply["error"]
+        assert page_outputs(reply) == stored_outputs(cell), cell["id"]
+
+
+def test_input_says_it_is_not_available_in_the_page(runner: types.ModuleType) -> None:
+    with pytest.raises(runner.StdinNotImplementedError, match="not available in the page"):
+        runner.no_input("Your name? ")
+
+
+def test_output_is_capped_with_a_count_of_what_was_left_out(
+        runner: types.ModuleType) -> None:
+    reply = ran(runner, "print('x' * 50_000_000)")
+    assert reply["stdout"] == "x" * runner.LIMIT and reply["left_out"] == 50_000_001 - runner.LIMIT
+    assert len(json.dumps(reply)) < 3 * runner.LIMIT  # not the 50 MB the cell printed
+    reply = ran(runner, "'y' * 300_000")
+    assert reply["text"] == repr("y" * 300_000)[:runner.LIMIT] and reply["left_out"] > 200_000
+
+
+def test_printing_in_a_tight_loop_sends_a_few_batches(runner: types.ModuleType) -> None:
+    sent: list[dict[str, Any]] = []
+    started = time.monotonic()
+    reply = ran(runner, "for n in range(200_000):\n    print(n % 10)",
+                send=lambda text: sent.append(json.loads(text)))
+    batches = (time.monotonic() - started) / runner.SEND_EVERY + 2
+    assert 1 <= len(sent) <= batches
+    assert "".join(item["text"] for batch in sent for item in batch["outputs"]) == \
+        reply["stdout"]
+    assert sent[-1]["left_out"] == reply["left_out"] == 400_000 - runner.LIMIT
+
+
+def test_what_was_printed_before_a_sleep_is_sent_before_it(runner: types.ModuleType) -> None:
+    sent: list[str] = []
+    code = "import time\nprint('a')\nprint('b')\ntime.sleep(0)\nprint('c')"
+    ran(runner, code, send=lambda text: sent.extend(
+        item["text"] for item in json.loads(text)["outputs"]))
+    # The first write goes at once; the next ones wait for the batch, or for the sleep.
+    assert sent == ["a", "\nb\n", "c\n"]
+
+
+# --- Checks in a world of their own ---------------------------------------------------------
+
+def model_answers(notebook: Path) -> dict[str, str]:
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    return {str(cell.get("id")): "".join(cell["source"]) for cell in cells}
+
+
+def check_requests(chapter: str, answers: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """What the page sends to check each question that runs in the page, by question id."""
+    topic = chapter.split("_", 1)[1]
+    notebook = ROOT / "exercises" / f"{topic}-exercises.ipynb"
+    steps = live_book.exercise_steps(notebook)
+    tests = {step["name"]: (notebook.parent / "tests" / f"{step['name']}.py")
+             .read_text(encoding="utf-8") for step in steps if step["kind"] == "check"}
+    live_book.mark_static_steps(steps, tests)
+    runs = [{"kind": step["kind"], "id": step["id"],
+             "source": answers.get(step["id"], step["source"])
+             if step["kind"] == "question" else step["source"]}
+            for step in steps if step["kind"] != "check" and "static" not in step]
+    ids = [step["id"] for step in runs]
+    return {step["id"]: {"name": step["name"], "tests": tests[step["name"]],
+                         "steps": runs[:ids.index(step["id"]) + 1]}
+            for step in steps if step["kind"] == "check" and step["id"] in ids}
+
+
+def test_the_questions_the_page_cannot_check_are_marked_with_why() -> None:
+    marked = {}
+    for topic in ("anatomy", "durable"):
+        notebook = ROOT / "exercises" / f"{topic}-exercises.ipynb"
+        steps = live_book.exercise_steps(notebook)
+        tests = {step["name"]: (notebook.parent / "tests" / f"{step['name']}.py")
+                 .read_text(encoding="utf-8") for step in steps if step["kind"] == "check"}
+        live_book.mark_static_steps(steps, tests)
+        marked.update({f"{topic} {step['id']}": step["static"] for step in steps
+                       if "static" in step})
+    spans = "builds OpenTelemetry spans; the page's Python has no OpenTelemetry"
+    assert marked == {"anatomy q6b-code": "draws a figure with matplotlib",
+                      "durable ex6-traces": spans, "durable q6a-code": spans}
+    assert live_book.test_imports_lacking(
+        "from otter.test_files import test_case\ndef t():\n    import pandas\n") == \
+        "builds a table with pandas"
+
+
+ISOLATION = """
+import asyncio, importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("agentbook_live", sys.argv[1])
+runner = importlib.util.module_from_spec(spec)
+sys.modules["agentbook_live"] = runner
+spec.loader.exec_module(runner)
+runner.seal()
+for request in json.loads(sys.stdin.read()):
+    print(asyncio.run(runner.check_question(json.dumps(request))))
+"""
+# An answer that replaces agentbook's loop, the checker's summary (reached through gc, as
+# the module cannot be imported), and a builtin the encoder uses.
+TAMPER = """import gc, builtins, agentbook
+agentbook.run_agent = None
+for found in gc.get_objects():
+    if isinstance(found, dict) and "_summary" in found and "check_question" in found:
+        found["_summary"] = lambda name, results: name + " results: All test cases passed!"
+builtins.len = None
+"""
+
+
+def test_a_check_cannot_be_changed_by_the_answers_of_another() -> None:
+    answers = model_answers(MODEL_ANSWERS["01_anatomy"])
+    model = check_requests("01_anatomy", answers)
+    starter = check_requests("01_anatomy", {})["q2b-code"]
+    tampered = json.loads(json.dumps(model["q1b-code"]))
+    tampered["steps"][-1]["source"] = answers["q1b-code"] + "\n" + TAMPER
+    broken_setup = json.loads(json.dumps(model["q1b-code"]))
+    broken_setup["steps"][1]["source"] = "1 / 0"
+    stopped = json.loads(json.dumps(model["q2b-code"]))
+    stopped["skip"] = ["q1b-code"]
+    requests = [model["q1b-code"], tampered, starter, model["q2b-code"], broken_setup, stopped]
+    finished = subprocess.run([sys.executable, "-c", ISOLATION, str(ROOT / "live" / "runner.py")],
+                              input=json.dumps(requests), capture_output=True, text=True,
+                              check=True, cwd=ROOT, timeout=60)
+    replies = [json.loads(line) for line in finished.stdout.splitlines()]
+    assert [reply["passed"] for reply in replies] == [True, False, False, True, False, True]
+    assert replies[1]["summary"].startswith("The check could not finish: TypeError")
+    assert "anatomy_q2b - 1 result:" in replies[2]["summary"]  # the starter still fails
+    assert replies[4]["setup"][0]["id"] == "ex1-happy-path"
+    assert "ZeroDivisionError: division by zero" in replies[4]["setup"][0]["error"]
+    assert replies[5]["notes"] == ["The answer to q1b-code was stopped, so this check "
+                                   "skipped it."]
+
+
+# --- In the browser --------------------------------------------------------------------------
+
+# A worker of the page's Python, and `py.call(message)`, which resolves with its reply and
+# the batches that came before it, each with the time it came.
+WORKER = """() => {
+  const worker = new Worker("live/worker.js", { type: "module" });
+  const pending = new Map();
+  let next = 0;
+  worker.onmessage = (event) => {
+    const waiting = pending.get(event.data.id);
+    if (event.data.partial) {
+      waiting.partials.push({ at: performance.now(), ...event.data.partial });
+      return;
+    }
+    pending.delete(event.data.id);
+    waiting.resolve({ ...event.data, partials: waiting.partials, at: performance.now() });
+  };
+  window.py = { call: (message) => new Promise((resolve) => {
+    const id = next++;
+    pending.set(id, { resolve, partials: [] });
+    worker.postMessage({ ...message, id });
+  }) };
+}"""
+
+
+@pytest.fixture(scope="module")
+def python(context: Any, served: str) -> Any:  # noqa: F811 - the imported fixtures
+    """A page of the book with a worker of its Python, loaded."""
+    page = context.new_page()
+    page.goto(served + "index.html")
+    page.evaluate(WORKER)
+    page.evaluate("() => py.call({ action: 'load' })")
+    yield page
+    page.close()
+
+
+def call(page: Any, message: dict[str, Any]) -> dict[str, Any]:
+    found: dict[str, Any] = page.evaluate("m => py.call(m)", message)
+    assert "failed" not in found, found.get("failed")
+    return found
+
+
+def test_every_model_answer_passes_in_the_page_or_is_marked(python: Any,
+                                                            served: str) -> None:  # noqa: F811
+    for chapter, notebook in MODEL_ANSWERS.items():
+        exercises = json.loads(python.evaluate(
+            f"() => fetch('live/exercises/{chapter}.json').then(r => r.text())"))
+        marked = {step["id"] for step in exercises["steps"] if "static" in step}
+        requests = check_requests(chapter, model_answers(notebook))
+        questions = {step["id"] for step in exercises["steps"] if step["kind"] == "question"}
+        assert set(requests) | (questions & marked) == questions
+        for question, request in requests.items():
+            reply = call(python, {"action": "check-question", "request": request})["reply"]
+            assert reply["passed"], f"{chapter} {question}: {reply['summary']}"
+            assert not reply["setup"] and not reply["notes"], reply
+
+
+def test_the_page_shows_what_ipython_stored(python: Any) -> None:
+    for cell in cases():
+        reply = call(python, {"action": "run", "code": "".join(cell["source"]),
+                              "cell": cell["id"]})["reply"]
+        assert page_outputs(reply) == stored_outputs(cell), cell["id"]
+
+
+def test_printed_text_arrives_while_the_cell_runs(python: Any) -> None:
+    code = "import time\nfor n in range(6):\n    print(n)\n    time.sleep(0.1)"
+    found = call(python, {"action": "run", "code": code, "cell": "slow", "stream": True})
+    first = found["partials"][0]
+    assert first["outputs"] == [{"type": "stream", "name": "stdout", "text": "0"}]
+    assert found["at"] - first["at"] > 400  # ms: the first line came long before the end
+    streamed = "".join(item["text"] for batch in found["partials"] for item in batch["outputs"])
+    assert streamed == found["reply"]["stdout"] == "0\n1\n2\n3\n4\n5\n"
