@@ -3,7 +3,7 @@
 // data-live="static" say why they run only in Jupyter. The chapter's exercises section gets
 // the exercise notebook's code questions, checked against their public tests.
 
-const STOPPED = "Stopped: the interpreter was restarted, so every cell runs again.";
+const STOPPED = "Stopped. What it printed is kept above; the next run starts a fresh Python.";
 
 function element(tag, className, text) {
   const node = document.createElement(tag);
@@ -19,7 +19,8 @@ function button(text, label) {
   return node;
 }
 
-// One Python in a worker; `call` sends a request and resolves with its reply.
+// One Python in a worker; `call` sends a request and resolves with its reply. With
+// `onPartial`, the request asks for its output while it runs (live/DESIGN.md, "Messages").
 class Python {
   constructor(url) {
     this.url = url;
@@ -32,8 +33,12 @@ class Python {
     this.worker = new Worker(this.url, { type: "module" });
     this.worker.onmessage = (event) => {
       const waiting = this.pending.get(event.data.id);
-      this.pending.delete(event.data.id);
       if (!waiting) return;
+      if (event.data.partial) {
+        waiting.onPartial?.(event.data.partial);
+        return;
+      }
+      this.pending.delete(event.data.id);
       if (event.data.failed) waiting.reject(new Error(event.data.failed));
       else waiting.resolve(event.data.reply);
     };
@@ -41,12 +46,12 @@ class Python {
       "Python did not start: " + (event.message || "the worker failed to load")));
   }
 
-  call(message) {
+  call(message, onPartial) {
     if (!this.worker) this.spawn();
     const id = this.next++;
     return new Promise((resolve, reject) => {
-      this.pending.set(id, { resolve, reject });
-      this.worker.postMessage({ ...message, id });
+      this.pending.set(id, { resolve, reject, onPartial });
+      this.worker.postMessage({ ...message, id, stream: Boolean(onPartial) });
     });
   }
 
@@ -63,18 +68,68 @@ class Python {
   }
 }
 
+// One polite live region for the page: one announcement per finished cell or check, rather
+// than one per status change.
+class Announcer {
+  constructor() {
+    this.region = element("div", "live-announcer");
+    this.region.setAttribute("role", "status");
+    this.region.setAttribute("aria-live", "polite");
+    this.region.setAttribute("data-announcer", "");
+    document.body.append(this.region);
+    this.count = 0;
+  }
+
+  say(text) {
+    this.count += 1;
+    // Cleared first, so that the same words twice are announced twice.
+    this.region.textContent = "";
+    requestAnimationFrame(() => { this.region.textContent = text; });
+  }
+}
+
+// A short text for an announcement: the first lines, without the traceback's frames.
+function gist(text, lines = 2) {
+  const kept = text.trim().split("\n").filter((line) => line.trim());
+  return kept.slice(-lines).join(" ").slice(0, 300);
+}
+
+// The output area of a cell, filled item by item as the worker sends them.
+function appendItems(output, items) {
+  for (const item of items) {
+    if (item.type === "stream") {
+      const last = output.lastElementChild;
+      if (last && last.dataset.stream === item.name && !last.nextSibling) {
+        last.firstChild.appendData(item.text);
+      } else {
+        const pre = element("pre", "live-stream", item.text);
+        pre.dataset.stream = item.name;
+        output.append(pre);
+      }
+    } else if (item.html) {
+      const html = element("div", "live-html");
+      html.innerHTML = item.html;
+      output.append(html);
+      document.dispatchEvent(new CustomEvent("agentbook-live-output"));
+    } else {
+      output.append(element("pre", "live-result", item.text));
+    }
+  }
+}
+
+function showLeftOut(output, count) {
+  let line = output.querySelector(":scope > .live-left-out");
+  if (!count) return;
+  if (!line) line = element("p", "live-left-out");
+  line.textContent = `… ${count.toLocaleString("en-US")} more characters left out: the page ` +
+    "keeps a cell's first 100,000.";
+  output.append(line);  // moved to the end, after what was printed since
+}
+
 function showOutput(output, reply) {
   output.replaceChildren();
-  const text = (reply.stdout || "") + (reply.stderr || "");
-  if (text) output.append(element("pre", "live-stream", text));
-  if (reply.html) {
-    const html = element("div", "live-html");
-    html.innerHTML = reply.html;
-    output.append(html);
-    document.dispatchEvent(new CustomEvent("agentbook-live-output"));
-  } else if (reply.text !== null && reply.text !== undefined) {
-    output.append(element("pre", "live-result", reply.text));
-  }
+  appendItems(output, reply.outputs || []);
+  showLeftOut(output, reply.left_out);
   if (reply.error) output.append(element("pre", "live-error", reply.error));
   output.liveResult = reply;
   output.dataset.status = reply.error ? "error" : "ok";
@@ -104,13 +159,12 @@ class Cell {
         this.book.runTo(this);
       }
     });
-    this.run = button("Run", "Run this cell (Shift+Enter)");
+    this.run = button("Run", `Run cell ${this.id} (Shift+Enter)`);
     this.run.addEventListener("click", () => {
       if (this.running) this.book.stop();
       else this.book.runTo(this);
     });
     this.status = element("span", "live-status");
-    this.status.setAttribute("aria-live", "polite");
     const bar = element("div", "live-bar");
     bar.append(this.run, this.status);
     this.output = element("div", "live-output");
@@ -139,40 +193,55 @@ class Cell {
   setRunning(running) {
     this.running = running;
     this.run.textContent = running ? "Stop" : "Run";
-    this.run.setAttribute("aria-label", running ? "Stop this cell" : "Run this cell (Shift+Enter)");
-    this.status.textContent = running ? "running…" : this.status.textContent;
+    this.run.setAttribute("aria-label", running ? `Stop cell ${this.id}`
+      : `Run cell ${this.id} (Shift+Enter)`);
+    if (running) this.status.textContent = "running…";
   }
 
   storedOutputs() {
     return this.div.querySelectorAll(":scope > [class*='cell-output']");
   }
 
+  // Runs the cell, showing what it prints as it prints it; resolves with "done", "error" or
+  // "stopped". A stopped cell keeps what it printed, and stays stopped (LiveBook.runTo).
   async execute() {
     this.setRunning(true);
+    this.state = "running";
     this.output.removeAttribute("data-status");
+    this.output.replaceChildren();
+    this.output.hidden = false;
+    for (const stored of this.storedOutputs()) stored.hidden = true;
+    const onPartial = (partial) => {
+      appendItems(this.output, partial.outputs);
+      showLeftOut(this.output, partial.left_out);
+    };
     try {
       const reply = await this.book.python.call({ action: "run", code: this.editor.value,
-                                                  cell: this.id });
+                                                  cell: this.id }, onPartial);
       this.ran = true;
-      for (const stored of this.storedOutputs()) stored.hidden = true;
-      this.output.hidden = false;
       showOutput(this.output, reply);
-      this.status.textContent = reply.error ? "error" : "done";
-      return !reply.error;
+      this.state = reply.error ? "error" : "done";
+      this.status.textContent = this.state;
+      this.book.announce(reply.error ? `Cell ${this.id} raised ${gist(reply.error, 1)}`
+        : `Cell ${this.id} done` + (this.output.textContent.trim()
+          ? ": " + gist(this.output.textContent) : ""));
     } catch (failure) {
-      this.output.hidden = false;
-      showOutput(this.output, { error: failure.message });
+      this.output.append(element("pre", "live-error", failure.message));
+      this.output.dataset.status = "error";
+      this.state = "stopped";
       this.status.textContent = "stopped";
-      throw failure;
+      this.book.announce(`Cell ${this.id} stopped`);
     } finally {
       this.setRunning(false);
     }
+    return this.state;
   }
 
   reset() {
     this.editor.value = this.original;
     this.fit();
     this.ran = false;
+    this.state = undefined;
     this.output.hidden = true;
     this.output.replaceChildren();
     this.output.removeAttribute("data-status");
@@ -181,15 +250,19 @@ class Cell {
   }
 }
 
-function staticNote(div) {
-  const note = element("p", "live-static");
-  note.append("Runs only in Jupyter: " + (div.dataset.liveReason || "not in the browser") + ". ");
-  const links = document.querySelectorAll(".launch-links a");
-  links.forEach((link, index) => {
+// The chapter's Binder and Colab links, for what runs only in Jupyter.
+function launchLinks(note) {
+  document.querySelectorAll(".launch-links a").forEach((link, index) => {
     if (index) note.append(" · ");
     note.append(link.cloneNode(true));
   });
-  div.prepend(note);
+  return note;
+}
+
+function staticNote(div) {
+  const note = element("p", "live-static");
+  note.append("Runs only in Jupyter: " + (div.dataset.liveReason || "not in the browser") + ". ");
+  div.prepend(launchLinks(note));
 }
 
 // Tiny markdown for exercise prompts: paragraphs, `code`, **bold**, *italic*.
@@ -201,103 +274,229 @@ function promptHtml(markdown) {
     .replace(/\*([^*\s][^*]*)\*/g, "<em>$1</em>") + "</p>").join("");
 }
 
+// Each answer is saved for this tab (sessionStorage, so a reload keeps it) and for the
+// browser (localStorage, so a new tab starts from it). When another tab saves an answer
+// this tab shows, the tab keeps its own and offers the other one.
+class Answers {
+  constructor(notebook, onOtherTab) {
+    this.prefix = `agentbook:${notebook}:`;
+    window.addEventListener("storage", (event) => {
+      if (event.storageArea === localStorage && event.key?.startsWith(this.prefix)) {
+        onOtherTab(event.key.slice(this.prefix.length), event.newValue);
+      }
+    });
+  }
+
+  load(id, starter) {
+    const key = this.prefix + id;
+    return sessionStorage.getItem(key) ?? localStorage.getItem(key) ?? starter;
+  }
+
+  save(id, text) {
+    sessionStorage.setItem(this.prefix + id, text);
+    localStorage.setItem(this.prefix + id, text);
+  }
+}
+
+// "q1b-code" is shown as "q1b".
+function questionName(step) {
+  return step.id.replace(/-code$/, "");
+}
+
 class Exercises {
   constructor(book, data, section) {
     this.book = book;
     this.data = data;
     this.editors = new Map();
+    this.blocks = new Map();
+    this.stopped = new Set();  // answers a Stop ended: later checks skip them until edited
+    this.answers = new Answers(data.notebook, (id, text) => this.otherTab(id, text));
     const box = element("div", "live-exercises");
     box.append(element("h3", "live-exercises-title", "Check your answers here"));
     box.append(element("p", "live-exercises-intro",
       `The code questions of ${data.notebook}, checked against the same public tests as its ` +
-      "grader.check cells. Each check runs the notebook from the top, with your answers; " +
-      "they are kept in this browser."));
+      "grader.check cells. Each check runs the notebook from the top, with your answers, " +
+      "in a Python of its own; they are kept in this browser."));
     for (const step of data.steps) {
       if (step.kind === "question") box.append(this.question(step));
     }
     section.append(box);
   }
 
-  key(id) {
-    return `agentbook:${this.data.notebook}:${id}`;
-  }
-
   question(step) {
+    const name = questionName(step);
     const block = element("div", "live-exercise");
     block.setAttribute("data-exercise", step.id);
     const prompt = element("div", "live-prompt");
     prompt.innerHTML = promptHtml(step.prompt);
     const editor = element("textarea", "live-code");
     editor.spellcheck = false;
-    editor.setAttribute("aria-label", "Your answer to " + step.id);
-    editor.value = localStorage.getItem(this.key(step.id)) ?? step.source;
+    editor.setAttribute("aria-label", "Your answer to " + name);
+    editor.value = this.answers.load(step.id, step.source);
     const code = document.querySelector("div.sourceCode pre");
     if (code) editor.style.fontSize = getComputedStyle(code).fontSize;
-    const fit = () => { editor.rows = Math.max(3, editor.value.split("\n").length); };
-    editor.addEventListener("input", () => {
-      localStorage.setItem(this.key(step.id), editor.value);
-      fit();
-    });
-    fit();
+    editor.addEventListener("input", () => this.edited(step));
     this.editors.set(step.id, editor);
-    const check = button("Check");
-    const restore = button("Start over", "Start over: the starter code again");
+    const note = element("p", "live-note");
+    note.setAttribute("data-note", "");
     const feedback = element("pre", "live-feedback");
     feedback.setAttribute("data-feedback", "");
-    feedback.setAttribute("aria-live", "polite");
-    check.addEventListener("click", () => this.book.enqueue(() => this.check(step, feedback)));
-    restore.addEventListener("click", () => {
-      editor.value = step.source;
-      localStorage.removeItem(this.key(step.id));
-      fit();
-    });
     const bar = element("div", "live-bar");
-    bar.append(check, restore);
-    block.append(prompt, editor, bar, feedback);
+    const restore = button("Start over", `Start over ${name}: the starter code again`);
+    restore.addEventListener("click", () => this.startOver(step));
+    const parts = { editor, note, feedback };
+    if (step.static) {
+      const why = element("p", "live-static");
+      why.append(`Checks only in Jupyter: it ${step.static}. `);
+      bar.append(launchLinks(why), restore);
+    } else {
+      parts.check = button("Check", `Check ${name} (Shift+Enter)`);
+      parts.check.addEventListener("click", () => this.clicked(step));
+      editor.addEventListener("keydown", (event) => {
+        if (event.key === "Enter" && event.shiftKey) {
+          event.preventDefault();
+          this.clicked(step);
+        }
+      });
+      bar.append(parts.check, restore);
+    }
+    this.blocks.set(step.id, parts);
+    block.append(prompt, editor, bar, note, feedback);
+    this.fit(editor);
     return block;
   }
 
-  // The notebook from the top, with the page's answers, up to this question's check.
-  async check(step, feedback) {
-    feedback.textContent = "checking…";
+  fit(editor) {
+    editor.rows = Math.max(3, editor.value.split("\n").length);
+  }
+
+  edited(step) {
+    const editor = this.editors.get(step.id);
+    this.answers.save(step.id, editor.value);
+    this.stopped.delete(step.id);
+    this.fit(editor);
+  }
+
+  // "Start over" can be undone: the answer it replaced is kept until the next edit.
+  startOver(step) {
+    const editor = this.editors.get(step.id);
+    const before = editor.value;
+    const { note } = this.blocks.get(step.id);
+    editor.value = step.source;
+    this.edited(step);
+    note.replaceChildren("Started over from the starter code. ");
+    const undo = button("Undo", `Undo starting over ${questionName(step)}`);
+    undo.addEventListener("click", () => {
+      editor.value = before;
+      this.edited(step);
+      note.replaceChildren("Your answer is back.");
+    });
+    note.append(undo);
+  }
+
+  otherTab(id, text) {
+    const editor = this.editors.get(id);
+    const found = this.blocks.get(id);
+    if (!editor || text === null || text === editor.value) return;
+    found.note.replaceChildren("Another tab changed this answer; this tab keeps its own. ");
+    const use = button("Use the other tab's", `Use the other tab's answer to ${id}`);
+    use.addEventListener("click", () => {
+      editor.value = text;
+      this.edited({ id });
+      found.note.replaceChildren();
+    });
+    found.note.append(use);
+  }
+
+  // A Check while this question's check runs stops it; otherwise the check is queued, once.
+  clicked(step) {
+    const { feedback } = this.blocks.get(step.id);
+    if (this.book.checking === step.id) {
+      this.book.stopChecks();
+      return;
+    }
+    if (this.book.queuedChecks.has(step.id)) return;
     feedback.removeAttribute("data-status");
-    const python = this.book.python;
-    let printed = "";
+    feedback.textContent = this.book.checking ? "waiting for the check that is running…" : "";
+    this.book.enqueueCheck(step.id, feedback, () => this.check(step));
+  }
+
+  // The set-up cells and answers above this question, its own answer last, as the notebook
+  // runs them; what the page cannot run is left out (it carries `static`).
+  request(step) {
+    const steps = [];
+    for (const other of this.data.steps) {
+      if (other.kind === "check" || other.static) continue;
+      const source = other.kind === "question" ? this.editors.get(other.id).value : other.source;
+      steps.push({ kind: other.kind, id: other.id, source });
+      if (other.id === step.id) break;
+    }
+    const { name } = this.data.steps.find((other) => other.kind === "check" &&
+                                          other.id === step.id);
+    return { name, tests: this.data.tests[name], steps, skip: [...this.stopped] };
+  }
+
+  async check(step) {
+    const { check, feedback } = this.blocks.get(step.id);
+    const name = questionName(step);
+    feedback.textContent = "checking…";
+    check.textContent = "Stop";
+    check.setAttribute("aria-label", `Stop checking ${name}`);
+    let running = step.id;
     try {
-      await python.call({ action: "reset-exercises" });
-      for (const other of this.data.steps) {
-        if (other.kind === "check" && other.id === step.id) {
-          const { summary } = await python.call({ action: "check", name: other.name,
-                                                  source: this.data.tests[other.name] });
-          feedback.textContent = printed + summary;
-          feedback.dataset.status = summary.includes("All test cases passed") ? "pass" : "fail";
-          return;
-        }
-        if (other.kind === "check") continue;
-        const code = other.kind === "question" ? this.editors.get(other.id).value : other.source;
-        const reply = await python.call({ action: "exercise", code, cell: other.id });
-        if (other.id === step.id) {
-          printed = (reply.stdout || "") + (reply.stderr || "") + (reply.error || "");
-          printed += printed && !printed.endsWith("\n") ? "\n" : "";
-        }
-      }
+      const reply = await this.book.checker.call(
+        { action: "check-question", request: this.request(step) },
+        (partial) => { running = partial.step; });
+      feedback.textContent = checkText(reply);
+      feedback.dataset.status = reply.passed ? "pass" : "fail";
+      this.book.announce(`Check of ${name}: ` + (reply.passed ? "all tests passed"
+        : gist(reply.summary)));
     } catch (failure) {
-      feedback.textContent = failure.message;
+      // Stopped: the answer that was running is skipped by later checks until edited.
+      this.stopped.add(running);
+      feedback.textContent = `Stopped while running the answer to ${running}. Later checks ` +
+        "skip that answer until you edit it.";
       feedback.dataset.status = "fail";
+      this.book.announce(`Check of ${name} stopped`);
+    } finally {
+      check.textContent = "Check";
+      check.setAttribute("aria-label", `Check ${name}`);
     }
   }
+}
+
+// What a check found, in the order a reader needs it: what the answer printed, why names may
+// be missing, then otter's summary.
+function checkText(reply) {
+  const parts = [];
+  if (reply.printed) parts.push(reply.printed.replace(/\n$/, ""));
+  for (const failed of reply.setup || []) {
+    parts.push(`The set-up cell ${failed.id} raised an error, so names it defines may be ` +
+               `missing:\n${failed.error.replace(/\n$/, "")}`);
+  }
+  parts.push(...(reply.notes || []));
+  parts.push(reply.summary);
+  return parts.join("\n");
 }
 
 class LiveBook {
   constructor(offset) {
     this.offset = offset;
-    this.python = new Python(new URL(offset + "live/worker.js", document.baseURI));
+    const url = new URL(offset + "live/worker.js", document.baseURI);
+    this.python = new Python(url);
+    this.checker = new Python(url);  // checks run apart from the chapter's cells
     this.queue = Promise.resolve();
+    this.checks = Promise.resolve();
     this.generation = 0;
     this.cells = [];
+    this.waiting = new Set();
+    this.queuedChecks = new Map();
+    this.busy = 0;
+    this.checking = null;
   }
 
   build() {
+    this.announcer = new Announcer();
     for (const div of document.querySelectorAll("div.cell[data-cell-id]")) {
       if (div.dataset.live === "static") staticNote(div);
       else this.cells.push(new Cell(div, this));
@@ -309,14 +508,21 @@ class LiveBook {
     if (!navigator.connection?.saveData) this.warm();
   }
 
+  announce(text) {
+    this.announcer.say(text);
+  }
+
   warm(why = "Python is loading (about 14 MB, once; the browser keeps it)") {
     this.say(why + "…");
     const generation = this.generation;
     this.python.call({ action: "load" }).then(() => {
-      if (generation === this.generation && !this.cells.some((cell) => cell.running)) {
-        this.say("Python is ready: run any cell, or Run all.");
-      }
+      if (generation === this.generation) this.idle();
     }, () => undefined);
+  }
+
+  // The toolbar says "ready" only when nothing runs.
+  idle(text = "Python is ready: run any cell, or Run all.") {
+    if (!this.busy && !this.checking) this.say(text);
   }
 
   toolbar() {
@@ -328,7 +534,7 @@ class LiveBook {
     const reset = button("Reset");
     this.state = element("span", "live-state",
       "The cells run in this page; Python loads at the first Run (about 14 MB, once).");
-    this.state.setAttribute("aria-live", "polite");
+    this.state.setAttribute("data-live-state", "");
     runAll.addEventListener("click", () => this.runAll());
     stop.addEventListener("click", () => this.stop());
     reset.addEventListener("click", () => this.reset());
@@ -354,50 +560,132 @@ class LiveBook {
   // Runs one job after another; a stop drops every job queued before it.
   enqueue(job) {
     const generation = this.generation;
-    const run = () => (generation === this.generation ? job() : undefined);
+    const run = async () => {
+      if (generation !== this.generation) return;
+      this.busy += 1;
+      try {
+        await job();
+      } finally {
+        this.busy -= 1;
+      }
+    };
     this.queue = this.queue.then(run, run).catch(() => undefined);
     return this.queue;
   }
 
-  runTo(cell) {
+  // Checks queue apart from the chapter's cells, in their own worker.
+  enqueueCheck(id, feedback, job) {
+    const generation = this.generation;
+    this.queuedChecks.set(id, feedback);
+    const run = async () => {
+      this.queuedChecks.delete(id);
+      if (generation !== this.generation) return;
+      this.checking = id;
+      this.say(`checking ${id}…`);
+      try {
+        await job();
+      } finally {
+        this.checking = null;
+        this.idle("ready");
+      }
+    };
+    this.checks = this.checks.then(run, run).catch(() => undefined);
+    return this.checks;
+  }
+
+  wait(cell) {
     cell.output.removeAttribute("data-status");
     cell.status.textContent = "waiting…";
+    this.waiting.add(cell);
+  }
+
+  started(cell) {
+    this.waiting.delete(cell);
+  }
+
+  // Runs the cells above that have not run, then the cell. A cell above that was stopped is
+  // not started again, and one that raises ends the run: the cell says so and offers to run
+  // from the top.
+  runTo(cell) {
+    this.wait(cell);
     return this.enqueue(async () => {
-      const index = this.cells.indexOf(cell);
-      for (const above of this.cells.slice(0, index)) {
-        if (!above.ran) {
-          this.say(`running cell ${above.id} first…`);
-          await above.execute();
+      this.started(cell);
+      for (const above of this.cells.slice(0, this.cells.indexOf(cell))) {
+        if (above.ran) continue;
+        if (above.state === "stopped") return this.blocked(cell, above, "was stopped");
+        this.say(`running cell ${above.id} first…`);
+        if (await above.execute() !== "done") {
+          return this.blocked(cell, above, above.state === "error" ? "raised an error"
+            : "was stopped");
         }
       }
       this.say(`running cell ${cell.id}…`);
       await cell.execute();
-      this.say("ready");
+      this.idle("ready");
     });
   }
 
-  // Like Jupyter's "Restart and run all": a fresh interpreter, then every cell in order.
-  runAll() {
-    if (this.cells.some((cell) => cell.ran)) this.restart();
+  blocked(cell, above, what) {
+    cell.status.replaceChildren(`not run: cell ${above.id} above ${what}. `);
+    const again = button("Run from the top", `Run from the top to cell ${cell.id}`);
+    again.addEventListener("click", () => this.runAll(cell));
+    cell.status.append(again);
+    this.say(`cell ${above.id} ${what}`);
+    this.announce(`Cell ${cell.id} not run: cell ${above.id} above ${what}`);
+  }
+
+  // Like Jupyter's "Restart and run all": a fresh interpreter, then every cell in order, to
+  // `last` if given, ending at the first cell that raises. A second click while it runs is
+  // ignored.
+  runAll(last = null) {
+    if (this.runningAll) return this.queue;
+    const token = {};
+    if (this.cells.some((cell) => cell.ran || cell.state)) this.restart();
+    this.runningAll = token;
+    const cells = last ? this.cells.slice(0, this.cells.indexOf(last) + 1) : this.cells;
+    for (const cell of cells) this.wait(cell);
     return this.enqueue(async () => {
-      for (const cell of this.cells) {
+      for (const [index, cell] of cells.entries()) {
+        this.started(cell);
         this.say(`running cell ${cell.id}…`);
-        await cell.execute();
+        const state = await cell.execute();
+        if (state !== "done") {
+          const why = state === "error" ? "raised an error" : "was stopped";
+          for (const after of cells.slice(index + 1)) {
+            this.started(after);
+            after.status.textContent = `not run: cell ${cell.id} ${why}`;
+          }
+          this.say(`stopped at cell ${cell.id}, which ${why}`);
+          return;
+        }
       }
-      this.say("ran every cell");
+      this.say(last ? `ran every cell to ${last.id}` : "ran every cell");
+    }).finally(() => {
+      if (this.runningAll === token) this.runningAll = null;
     });
   }
 
   restart() {
     this.generation += 1;
     this.queue = Promise.resolve();
+    this.runningAll = null;
     this.python.restart();
     for (const cell of this.cells) cell.ran = false;
+    for (const cell of this.waiting) cell.status.textContent = "not run: stopped";
+    this.waiting.clear();
+  }
+
+  // Stops the running check; the next one queued runs in a fresh worker.
+  stopChecks() {
+    this.checker.restart();
   }
 
   // Both start a fresh Python at once; a run after them reruns the cells above it first.
   stop() {
-    this.restart();
+    this.restart();  // also drops the queued checks
+    for (const feedback of this.queuedChecks.values()) feedback.textContent = "not checked: stopped";
+    this.queuedChecks.clear();
+    this.stopChecks();
     this.warm("Stopped. A fresh Python is starting");
   }
 
