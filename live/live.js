@@ -117,19 +117,17 @@ function appendItems(output, items) {
   }
 }
 
-function showLeftOut(output, count) {
-  let line = output.querySelector(":scope > .live-left-out");
+function showLeftOut(output, { left_out: count, limit }) {
   if (!count) return;
-  if (!line) line = element("p", "live-left-out");
+  const line = output.querySelector(":scope > .live-left-out") || element("p", "live-left-out");
   line.textContent = `… ${count.toLocaleString("en-US")} more characters left out: the page ` +
-    "keeps a cell's first 100,000.";
+    `keeps the first ${limit.toLocaleString("en-US")} a cell shows.`;
   output.append(line);  // moved to the end, after what was printed since
 }
 
-function showOutput(output, reply) {
-  output.replaceChildren();
-  appendItems(output, reply.outputs || []);
-  showLeftOut(output, reply.left_out);
+// The end of a streamed run: every item is on the page already.
+function finishOutput(output, reply) {
+  showLeftOut(output, reply);
   if (reply.error) output.append(element("pre", "live-error", reply.error));
   output.liveResult = reply;
   output.dataset.status = reply.error ? "error" : "ok";
@@ -213,13 +211,13 @@ class Cell {
     for (const stored of this.storedOutputs()) stored.hidden = true;
     const onPartial = (partial) => {
       appendItems(this.output, partial.outputs);
-      showLeftOut(this.output, partial.left_out);
+      showLeftOut(this.output, partial);
     };
     try {
       const reply = await this.book.python.call({ action: "run", code: this.editor.value,
                                                   cell: this.id }, onPartial);
       this.ran = true;
-      showOutput(this.output, reply);
+      finishOutput(this.output, reply);
       this.state = reply.error ? "error" : "done";
       this.status.textContent = this.state;
       this.book.announce(reply.error ? `Cell ${this.id} raised ${gist(reply.error, 1)}`

@@ -296,3 +296,102 @@ def test_printed_text_arrives_while_the_cell_runs(python: Any) -> None:
     assert found["at"] - first["at"] > 400  # ms: the first line came long before the end
     streamed = "".join(item["text"] for batch in found["partials"] for item in batch["outputs"])
     assert streamed == found["reply"]["stdout"] == "0\n1\n2\n3\n4\n5\n"
+
+
+# --- In the page: the reader's side ----------------------------------------------------------
+
+def open_chapter(context: Any, served: str, chapter: str) -> Any:  # noqa: F811
+    page = context.new_page()
+    page.goto(f"{served}chapters/{chapter}.html")
+    page.wait_for_selector(".live-toolbar")
+    return page
+
+
+def type_code(editor: Any, code: str) -> None:
+    """Replace what a cell's or an answer's editor holds."""
+    editor.locator("textarea").fill(code)
+
+
+def cell_box(page: Any, cell_id: str) -> Any:
+    return page.locator(f'div[data-cell-id="{cell_id}"]')
+
+
+def finished(page: Any, box: Any) -> Any:
+    output = box.locator("[data-live-output]")
+    output.and_(page.locator("[data-status]")).wait_for(timeout=TIMEOUT)
+    return output
+
+
+@pytest.fixture(scope="module")
+def chapter(context: Any, served: str) -> Any:  # noqa: F811
+    """Chapter 1 in a page of its own: its first cells, and its exercises."""
+    page = open_chapter(context, served, "01_anatomy")
+    page.wait_for_selector("[data-exercise]")
+    yield page
+    page.close()
+
+
+def test_a_stopped_cell_stays_stopped_and_keeps_what_it_printed(chapter: Any) -> None:
+    page = chapter
+    preview = cell_box(page, "preview")
+    type_code(preview, "import time\nfor n in range(1000):\n    print('line', n)\n"
+              "    time.sleep(0.1)")
+    preview.get_by_role("button", name="Run cell preview").click()
+    output = preview.locator("[data-live-output]")
+    output.get_by_text("line 2").wait_for(timeout=TIMEOUT)  # streamed while it runs
+    page.get_by_role("toolbar").get_by_role("button", name="Stop").click()
+    kept = output.inner_text()
+    assert "line 0\nline 1\nline 2" in kept and "Stopped" in kept
+    below = cell_box(page, "tool-spec")
+    below.get_by_role("button", name="Run cell tool-spec").click()
+    below.get_by_text("not run: cell preview above was stopped").wait_for(timeout=TIMEOUT)
+    assert below.get_by_role("button", name="Run from the top").is_visible()
+    page.wait_for_timeout(300)
+    assert output.inner_text() == kept  # the loop did not start again
+    assert below.locator("[data-live-output]").get_attribute("data-status") is None
+
+
+def test_run_all_stops_at_the_first_error_and_says_so_once_per_cell(chapter: Any) -> None:
+    page = chapter
+    type_code(cell_box(page, "preview"), "print('first')")
+    type_code(cell_box(page, "make-environment"), "raise ValueError('on purpose')")
+    page.evaluate("""() => { window.said = [];
+      const region = document.querySelector('[data-announcer]');
+      new MutationObserver(() => region.textContent && said.push(region.textContent))
+        .observe(region, { childList: true, characterData: true, subtree: true }); }""")
+    page.get_by_role("button", name="Run all").click()
+    page.get_by_role("button", name="Run all").click()  # a second click runs nothing twice
+    failed = finished(page, cell_box(page, "make-environment"))
+    assert failed.get_attribute("data-status") == "error"
+    assert "ValueError: on purpose" in failed.inner_text()
+    page.get_by_text("stopped at cell make-environment, which raised an error").wait_for()
+    statuses = page.evaluate("""() => [...document.querySelectorAll('div[data-cell-id]')]
+      .filter(d => d.querySelector('[data-live-output]'))
+      .map(d => [d.dataset.cellId, d.querySelector('[data-live-output]').dataset.status,
+                 d.querySelector('.live-status').textContent])""")
+    ran = [cell_id for cell_id, status, _ in statuses if status]
+    assert ran == ["preview", "tool-spec", "make-environment"]
+    assert all(text == "not run: cell make-environment raised an error"
+               for _, status, text in statuses[3:])
+    page.wait_for_timeout(200)
+    assert page.evaluate("said") == [
+        "Cell preview done: first", "Cell tool-spec done",
+        "Cell make-environment raised ValueError: on purpose"]
+    page.get_by_role("toolbar").get_by_role("button", name="Reset").click()
+
+
+def test_a_cell_printing_50_mb_leaves_the_page_responsive(chapter: Any) -> None:
+    page = chapter
+    box = cell_box(page, "preview")
+    type_code(box, "print('x' * 50_000_000)")
+    page.evaluate("""() => { window.gaps = []; let last = performance.now();
+      const tick = (now) => { gaps.push(now - last); last = now;
+        if (!window.stopTicks) requestAnimationFrame(tick); };
+      requestAnimationFrame(tick); }""")
+    box.get_by_role("button", name="Run cell preview").click()
+    output = finished(page, box)
+    page.evaluate("() => { window.stopTicks = true; }")
+    assert "49,980,001 more characters left out" in output.inner_text()
+    assert len(output.inner_text()) < 21_000
+    assert max(page.evaluate("gaps")) < 200  # ms between two frames
+    page.get_by_role("toolbar").get_by_role("button", name="Reset").click()
