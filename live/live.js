@@ -344,7 +344,7 @@ class Exercises {
     restore.addEventListener("click", () => this.startOver(step));
     const parts = { editor, note, feedback };
     if (step.static) {
-      const why = element("p", "live-static");
+      const why = element("p", "live-jupyter-only");
       why.append(`Checks only in Jupyter: it ${step.static}. `);
       bar.append(launchLinks(why), restore);
     } else {
