@@ -1,6 +1,6 @@
-// Live cells: every code cell the book marked with data-cell-id becomes an editor with a Run
-// button, run by one Python (Pyodide in live/worker.js) in reading order. Cells marked
-// data-live="static" say why they run only in Jupyter. The chapter's exercises section gets
+// Live cells: every code cell the book marked with data-cell-id gets a Run button and, once
+// the reader edits it, an editor (CodeMirror, from editor.js); one Python (Pyodide in
+// live/worker.js) runs the cells in reading order. Cells marked data-live="static" say why they run only in Jupyter. The chapter's exercises section gets
 // the exercise notebook's code questions, checked against their public tests.
 
 const STOPPED = "Stopped: the interpreter was restarted, so every cell runs again.";
@@ -80,30 +80,83 @@ function showOutput(output, reply) {
   output.dataset.status = reply.error ? "error" : "ok";
 }
 
+// The editor live.js falls back to where the CodeMirror bundle cannot load: a textarea with
+// the same interface as editor.js's createEditor, so a cell never knows which it has.
+export function textareaEditor(parent, { text, label, onRun, onChange }) {
+  const area = element("textarea", "live-code");
+  area.value = text;
+  area.spellcheck = false;
+  area.setAttribute("aria-label", label);
+  const fit = () => { area.rows = Math.max(1, area.value.split("\n").length); };
+  let escaped = false;  // Escape, then Tab, leaves the textarea, as it leaves CodeMirror
+  area.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && (event.shiftKey || event.ctrlKey || event.metaKey)) {
+      event.preventDefault();
+      onRun();
+    } else if (event.key === "Tab" && !escaped && !event.shiftKey) {
+      event.preventDefault();
+      area.setRangeText("    ", area.selectionStart, area.selectionEnd, "end");
+      area.dispatchEvent(new Event("input"));
+    }
+    escaped = event.key === "Escape";
+  });
+  area.addEventListener("input", () => {
+    fit();
+    if (onChange) onChange(area.value);
+  });
+  parent.append(area);
+  fit();
+  return {
+    dom: area,
+    getText: () => area.value,
+    setText: (value) => { area.value = value; fit(); },
+    focus: () => area.focus(),
+    focusAt: () => area.focus(),
+    destroy: () => area.remove(),
+  };
+}
+
+// CodeMirror, bundled into live/editor.js at build time; the textarea where it cannot load.
+function loadEditor(offset) {
+  return import(offset + "live/editor.js").then((module) => module.createEditor,
+                                                   () => textareaEditor);
+}
+
 class Cell {
   constructor(div, book) {
     this.div = div;
     this.book = book;
     this.id = div.dataset.cellId;
     this.ran = false;
-    const code = div.querySelector("div.sourceCode code");
-    this.original = code ? code.textContent : "";
+    this.editor = null;  // made when the reader first edits: until then, the book's block
+    this.pre = div.querySelector("div.sourceCode pre");
+    this.code = this.pre?.querySelector("code");
+    this.original = this.code ? this.code.textContent : "";
+    this.highlighted = this.code ? this.code.innerHTML : "";
     this.build();
   }
 
   build() {
-    const box = element("div", "live-cell");
-    this.editor = element("textarea", "live-code");
-    this.editor.value = this.original;
-    this.editor.spellcheck = false;
-    this.editor.setAttribute("aria-label", "Code of cell " + this.id);
-    this.editor.addEventListener("input", () => this.fit());
-    this.editor.addEventListener("keydown", (event) => {
-      if (event.key === "Enter" && event.shiftKey) {
-        event.preventDefault();
-        this.book.runTo(this);
-      }
-    });
+    if (this.pre) {
+      // The book's own highlighted block, copy button and all, is what the reader sees until
+      // they click it or press Enter on it; then an editor takes its place in the same box.
+      this.pre.tabIndex = 0;
+      this.pre.setAttribute("role", "group");
+      this.pre.setAttribute("aria-label", `Code of cell ${this.id}: press Enter to edit`);
+      this.pre.addEventListener("mousedown", (event) => {
+        if (!this.editor && !event.target.closest("button")) {
+          event.preventDefault();
+          this.edit(event.clientX, event.clientY);
+        }
+      });
+      this.pre.addEventListener("keydown", (event) => {
+        if (!this.editor && event.key === "Enter" && event.target === this.pre) {
+          event.preventDefault();
+          this.edit();
+        }
+      });
+    }
+    this.div.addEventListener("focusin", () => this.book.intent());
     this.run = button("Run", "Run this cell (Shift+Enter)");
     this.run.addEventListener("click", () => {
       if (this.running) this.book.stop();
@@ -111,29 +164,47 @@ class Cell {
     });
     this.status = element("span", "live-status");
     this.status.setAttribute("aria-live", "polite");
-    const bar = element("div", "live-bar");
-    bar.append(this.run, this.status);
+    this.bar = element("div", "live-bar");
+    this.bar.append(this.run, this.status);
     this.output = element("div", "live-output");
     this.output.setAttribute("data-live-output", "");
+    this.output.setAttribute("aria-live", "polite");
+    this.output.setAttribute("aria-label", `Output of cell ${this.id}`);
+    this.output.setAttribute("role", "region");
     this.output.hidden = true;
-    box.append(this.editor, bar);
     const source = this.div.querySelector("div.sourceCode");
-    const shown = source && source.querySelector("pre");
-    if (shown) {
-      // The editor takes the code block's font and size, which hold 79 characters a line.
-      const style = getComputedStyle(shown);
-      this.editor.style.fontFamily = style.fontFamily;
-      this.editor.style.fontSize = style.fontSize;
-    }
-    this.div.insertBefore(box, source);
-    if (source) source.hidden = true;
+    (source || this.div.firstChild)?.after(this.bar);
     this.div.append(this.output);
     this.div.classList.add("live-ready");
-    this.fit();
   }
 
-  fit() {
-    this.editor.rows = Math.max(1, this.editor.value.split("\n").length);
+  // Swaps the static block for an editor holding the same code, in the same <pre>; the hidden
+  // <code> beside it follows every edit, so Quarto's copy button copies what is shown.
+  async edit(x, y) {
+    if (this.editor || !this.pre) return this.editor;
+    this.book.intent();
+    const create = await this.book.editorReady;
+    if (this.editor) return this.editor;
+    const holder = element("div", "live-editor");
+    this.pre.insertBefore(holder, this.code);
+    this.editor = create(holder, {
+      text: this.original,
+      label: "Code of cell " + this.id,
+      onRun: () => this.book.runTo(this),
+      onChange: (text) => { this.code.textContent = text; },
+    });
+    this.code.hidden = true;
+    this.pre.classList.add("live-editing");
+    this.pre.removeAttribute("tabindex");
+    this.pre.removeAttribute("role");
+    this.pre.removeAttribute("aria-label");
+    if (x === undefined) this.editor.focus();
+    else this.editor.focusAt(x, y);
+    return this.editor;
+  }
+
+  text() {
+    return this.editor ? this.editor.getText() : this.original;
   }
 
   setRunning(running) {
@@ -151,7 +222,7 @@ class Cell {
     this.setRunning(true);
     this.output.removeAttribute("data-status");
     try {
-      const reply = await this.book.python.call({ action: "run", code: this.editor.value,
+      const reply = await this.book.python.call({ action: "run", code: this.text(),
                                                   cell: this.id });
       this.ran = true;
       for (const stored of this.storedOutputs()) stored.hidden = true;
@@ -169,9 +240,19 @@ class Cell {
     }
   }
 
+  // Back to the book: the static block again, as before any edit.
   reset() {
-    this.editor.value = this.original;
-    this.fit();
+    if (this.editor) {
+      this.editor.destroy();
+      this.editor = null;
+      this.pre.querySelector(".live-editor")?.remove();
+      this.code.innerHTML = this.highlighted;
+      this.code.hidden = false;
+      this.pre.classList.remove("live-editing");
+      this.pre.tabIndex = 0;
+      this.pre.setAttribute("role", "group");
+      this.pre.setAttribute("aria-label", `Code of cell ${this.id}: press Enter to edit`);
+    }
     this.ran = false;
     this.output.hidden = true;
     this.output.replaceChildren();
@@ -227,34 +308,42 @@ class Exercises {
     block.setAttribute("data-exercise", step.id);
     const prompt = element("div", "live-prompt");
     prompt.innerHTML = promptHtml(step.prompt);
-    const editor = element("textarea", "live-code");
-    editor.spellcheck = false;
-    editor.setAttribute("aria-label", "Your answer to " + step.id);
-    editor.value = localStorage.getItem(this.key(step.id)) ?? step.source;
-    const code = document.querySelector("div.sourceCode pre");
-    if (code) editor.style.fontSize = getComputedStyle(code).fontSize;
-    const fit = () => { editor.rows = Math.max(3, editor.value.split("\n").length); };
-    editor.addEventListener("input", () => {
-      localStorage.setItem(this.key(step.id), editor.value);
-      fit();
-    });
-    fit();
-    this.editors.set(step.id, editor);
+    // The answer is edited in a box like the book's code blocks.
+    const box = element("div", "sourceCode live-answer");
+    const pre = element("pre", "sourceCode python");
+    box.append(pre);
     const check = button("Check");
     const restore = button("Start over", "Start over: the starter code again");
     const feedback = element("pre", "live-feedback");
     feedback.setAttribute("data-feedback", "");
     feedback.setAttribute("aria-live", "polite");
-    check.addEventListener("click", () => this.book.enqueue(() => this.check(step, feedback)));
+    const checkThis = () => {
+      this.book.intent();
+      this.book.enqueue(() => this.check(step, feedback));
+    };
+    this.book.editorReady.then((create) => {
+      this.editors.set(step.id, create(pre, {
+        text: localStorage.getItem(this.key(step.id)) ?? step.source,
+        label: "Your answer to " + step.id,
+        onRun: checkThis,
+        onChange: (text) => localStorage.setItem(this.key(step.id), text),
+      }));
+    });
+    block.addEventListener("focusin", () => this.book.intent());
+    check.addEventListener("click", checkThis);
     restore.addEventListener("click", () => {
-      editor.value = step.source;
+      this.editors.get(step.id)?.setText(step.source);
       localStorage.removeItem(this.key(step.id));
-      fit();
     });
     const bar = element("div", "live-bar");
     bar.append(check, restore);
-    block.append(prompt, editor, bar, feedback);
+    block.append(prompt, box, bar, feedback);
     return block;
+  }
+
+  answer(id) {
+    const editor = this.editors.get(id);
+    return editor ? editor.getText() : localStorage.getItem(this.key(id)) ?? "";
   }
 
   // The notebook from the top, with the page's answers, up to this question's check.
@@ -274,7 +363,7 @@ class Exercises {
           return;
         }
         if (other.kind === "check") continue;
-        const code = other.kind === "question" ? this.editors.get(other.id).value : other.source;
+        const code = other.kind === "question" ? this.answer(other.id) : other.source;
         const reply = await python.call({ action: "exercise", code, cell: other.id });
         if (other.id === step.id) {
           printed = (reply.stdout || "") + (reply.stderr || "") + (reply.error || "");
@@ -295,6 +384,8 @@ class LiveBook {
     this.queue = Promise.resolve();
     this.generation = 0;
     this.cells = [];
+    this.intended = false;
+    this.editorReady = loadEditor(offset);
   }
 
   build() {
@@ -304,9 +395,14 @@ class LiveBook {
     }
     this.toolbar();
     this.exercises();
-    // Python starts loading with the page, so that it is ready when the reader first runs a
-    // cell, unless the reader's browser asks to save data; then the first Run loads it.
-    if (!navigator.connection?.saveData) this.warm();
+  }
+
+  // Python loads at the reader's first sign of intent (focus in a cell, Run, Check, Run
+  // all), not with the page: a reader who only reads downloads none of its 14 MB.
+  intent() {
+    if (this.intended) return;
+    this.intended = true;
+    this.warm();
   }
 
   warm(why = "Python is loading (about 14 MB, once; the browser keeps it)") {
@@ -327,9 +423,13 @@ class LiveBook {
     const stop = button("Stop");
     const reset = button("Reset");
     this.state = element("span", "live-state",
-      "The cells run in this page; Python loads at the first Run (about 14 MB, once).");
+      "The cells run in this page: Python loads when you first edit or run one " +
+      "(about 14 MB, once).");
     this.state.setAttribute("aria-live", "polite");
-    runAll.addEventListener("click", () => this.runAll());
+    runAll.addEventListener("click", () => {
+      this.intent();
+      this.runAll();
+    });
     stop.addEventListener("click", () => this.stop());
     reset.addEventListener("click", () => this.reset());
     bar.append(runAll, stop, reset, this.state);
@@ -360,6 +460,7 @@ class LiveBook {
   }
 
   runTo(cell) {
+    this.intent();
     cell.output.removeAttribute("data-status");
     cell.status.textContent = "waiting…";
     return this.enqueue(async () => {
@@ -398,13 +499,14 @@ class LiveBook {
   // Both start a fresh Python at once; a run after them reruns the cells above it first.
   stop() {
     this.restart();
-    this.warm("Stopped. A fresh Python is starting");
+    if (this.intended) this.warm("Stopped. A fresh Python is starting");
   }
 
   reset() {
     this.restart();
     for (const cell of this.cells) cell.reset();
-    this.warm("Reset to the book's code. A fresh Python is starting");
+    if (this.intended) this.warm("Reset to the book's code. A fresh Python is starting");
+    else this.say("Reset to the book's code.");
   }
 }
 
