@@ -1,7 +1,8 @@
-// Live cells: every code cell the book marked with data-cell-id becomes an editor with a Run
-// button, run by one Python (Pyodide in live/worker.js) in reading order. Cells marked
-// data-live="static" say why they run only in Jupyter. The chapter's exercises section gets
-// the exercise notebook's code questions, checked against their public tests.
+// Live cells: every code cell the book marked with data-cell-id gets a Run button and, once
+// the reader edits it, an editor (CodeMirror, from editor.js); one Python (Pyodide in
+// live/worker.js) runs the cells in reading order. Cells marked data-live="static" say why
+// they run only in Jupyter. The chapter's exercises section gets the exercise notebook's code
+// questions, each checked against its public tests in a second Python.
 
 const STOPPED = "Stopped. What it printed is kept above; the next run starts a fresh Python.";
 
@@ -133,66 +134,136 @@ function finishOutput(output, reply) {
   output.dataset.status = reply.error ? "error" : "ok";
 }
 
+// The editor live.js falls back to where the CodeMirror bundle cannot load: a textarea with
+// the same interface as editor.js's createEditor, so a cell never knows which it has.
+export function textareaEditor(parent, { text, label, onRun, onChange }) {
+  const area = element("textarea", "live-code");
+  area.value = text;
+  area.spellcheck = false;
+  area.setAttribute("aria-label", label);
+  const fit = () => { area.rows = Math.max(1, area.value.split("\n").length); };
+  let escaped = false;  // Escape, then Tab, leaves the textarea, as it leaves CodeMirror
+  area.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && (event.shiftKey || event.ctrlKey || event.metaKey)) {
+      event.preventDefault();
+      onRun();
+    } else if (event.key === "Tab" && !escaped && !event.shiftKey) {
+      event.preventDefault();
+      area.setRangeText("    ", area.selectionStart, area.selectionEnd, "end");
+      area.dispatchEvent(new Event("input"));
+    }
+    escaped = event.key === "Escape";
+  });
+  area.addEventListener("input", () => {
+    fit();
+    if (onChange) onChange(area.value);
+  });
+  parent.append(area);
+  fit();
+  return {
+    dom: area,
+    getText: () => area.value,
+    setText: (value) => { area.value = value; fit(); },
+    focus: () => area.focus(),
+    focusAt: () => area.focus(),
+    destroy: () => area.remove(),
+  };
+}
+
+// CodeMirror, bundled into live/editor.js at build time; the textarea where it cannot load.
+function loadEditor(offset) {
+  return import(offset + "live/editor.js").then((module) => module.createEditor,
+                                                   () => textareaEditor);
+}
+
 class Cell {
   constructor(div, book) {
     this.div = div;
     this.book = book;
     this.id = div.dataset.cellId;
     this.ran = false;
-    const code = div.querySelector("div.sourceCode code");
-    this.original = code ? code.textContent : "";
+    this.editor = null;  // made when the reader first edits: until then, the book's block
+    this.pre = div.querySelector("div.sourceCode pre");
+    this.code = this.pre?.querySelector("code");
+    this.original = this.code ? this.code.textContent : "";
+    this.highlighted = this.code ? this.code.innerHTML : "";
     this.build();
   }
 
   build() {
-    const box = element("div", "live-cell");
-    this.editor = element("textarea", "live-code");
-    this.editor.value = this.original;
-    this.editor.spellcheck = false;
-    this.editor.setAttribute("aria-label", "Code of cell " + this.id);
-    this.editor.addEventListener("input", () => this.fit());
-    this.editor.addEventListener("keydown", (event) => {
-      if (event.key === "Enter" && event.shiftKey) {
-        event.preventDefault();
-        this.book.runTo(this);
-      }
-    });
-    this.run = button("Run", `Run cell ${this.id} (Shift+Enter)`);
+    if (this.pre) {
+      // The book's own highlighted block, copy button and all, is what the reader sees until
+      // they click it or press Enter on it; then an editor takes its place in the same box.
+      this.pre.tabIndex = 0;
+      this.pre.setAttribute("role", "group");
+      this.pre.setAttribute("aria-label", `Code of cell ${this.id}: press Enter to edit`);
+      this.pre.addEventListener("mousedown", (event) => {
+        if (!this.editor && !event.target.closest("button")) {
+          event.preventDefault();
+          this.edit(event.clientX, event.clientY);
+        }
+      });
+      this.pre.addEventListener("keydown", (event) => {
+        if (!this.editor && event.key === "Enter" && event.target === this.pre) {
+          event.preventDefault();
+          this.edit();
+        }
+      });
+    }
+    this.div.addEventListener("focusin", () => this.book.intent());
+    this.run = button("Run", `Run this cell, ${this.id} (Shift+Enter)`);
     this.run.addEventListener("click", () => {
       if (this.running) this.book.stop();
       else this.book.runTo(this);
     });
     this.status = element("span", "live-status");
-    const bar = element("div", "live-bar");
-    bar.append(this.run, this.status);
+    this.bar = element("div", "live-bar");
+    this.bar.append(this.run, this.status);
     this.output = element("div", "live-output");
     this.output.setAttribute("data-live-output", "");
+    this.output.setAttribute("aria-label", `Output of cell ${this.id}`);
+    this.output.setAttribute("role", "region");
     this.output.hidden = true;
-    box.append(this.editor, bar);
     const source = this.div.querySelector("div.sourceCode");
-    const shown = source && source.querySelector("pre");
-    if (shown) {
-      // The editor takes the code block's font and size, which hold 79 characters a line.
-      const style = getComputedStyle(shown);
-      this.editor.style.fontFamily = style.fontFamily;
-      this.editor.style.fontSize = style.fontSize;
-    }
-    this.div.insertBefore(box, source);
-    if (source) source.hidden = true;
+    (source || this.div.firstChild)?.after(this.bar);
     this.div.append(this.output);
     this.div.classList.add("live-ready");
-    this.fit();
   }
 
-  fit() {
-    this.editor.rows = Math.max(1, this.editor.value.split("\n").length);
+  // Swaps the static block for an editor holding the same code, in the same <pre>; the hidden
+  // <code> beside it follows every edit, so Quarto's copy button copies what is shown.
+  async edit(x, y) {
+    if (this.editor || !this.pre) return this.editor;
+    this.book.intent();
+    const create = await this.book.editorReady;
+    if (this.editor) return this.editor;
+    const holder = element("div", "live-editor");
+    this.pre.insertBefore(holder, this.code);
+    this.editor = create(holder, {
+      text: this.original,
+      label: "Code of cell " + this.id,
+      onRun: () => this.book.runTo(this),
+      onChange: (text) => { this.code.textContent = text; },
+    });
+    this.code.hidden = true;
+    this.pre.classList.add("live-editing");
+    this.pre.removeAttribute("tabindex");
+    this.pre.removeAttribute("role");
+    this.pre.removeAttribute("aria-label");
+    if (x === undefined) this.editor.focus();
+    else this.editor.focusAt(x, y);
+    return this.editor;
+  }
+
+  text() {
+    return this.editor ? this.editor.getText() : this.original;
   }
 
   setRunning(running) {
     this.running = running;
     this.run.textContent = running ? "Stop" : "Run";
-    this.run.setAttribute("aria-label", running ? `Stop cell ${this.id}`
-      : `Run cell ${this.id} (Shift+Enter)`);
+    this.run.setAttribute("aria-label", running ? `Stop this cell, ${this.id}`
+      : `Run this cell, ${this.id} (Shift+Enter)`);
     if (running) this.status.textContent = "running…";
   }
 
@@ -214,7 +285,7 @@ class Cell {
       showLeftOut(this.output, partial);
     };
     try {
-      const reply = await this.book.python.call({ action: "run", code: this.editor.value,
+      const reply = await this.book.python.call({ action: "run", code: this.text(),
                                                   cell: this.id }, onPartial);
       this.ran = true;
       finishOutput(this.output, reply);
@@ -235,9 +306,19 @@ class Cell {
     return this.state;
   }
 
+  // Back to the book: the static block again, as before any edit.
   reset() {
-    this.editor.value = this.original;
-    this.fit();
+    if (this.editor) {
+      this.editor.destroy();
+      this.editor = null;
+      this.pre.querySelector(".live-editor")?.remove();
+      this.code.innerHTML = this.highlighted;
+      this.code.hidden = false;
+      this.pre.classList.remove("live-editing");
+      this.pre.tabIndex = 0;
+      this.pre.setAttribute("role", "group");
+      this.pre.setAttribute("aria-label", `Code of cell ${this.id}: press Enter to edit`);
+    }
     this.ran = false;
     this.state = undefined;
     this.output.hidden = true;
@@ -327,14 +408,10 @@ class Exercises {
     block.setAttribute("data-exercise", step.id);
     const prompt = element("div", "live-prompt");
     prompt.innerHTML = promptHtml(step.prompt);
-    const editor = element("textarea", "live-code");
-    editor.spellcheck = false;
-    editor.setAttribute("aria-label", "Your answer to " + name);
-    editor.value = this.answers.load(step.id, step.source);
-    const code = document.querySelector("div.sourceCode pre");
-    if (code) editor.style.fontSize = getComputedStyle(code).fontSize;
-    editor.addEventListener("input", () => this.edited(step));
-    this.editors.set(step.id, editor);
+    // The answer is edited in a box like the book's code blocks.
+    const box = element("div", "sourceCode live-answer");
+    const pre = element("pre", "sourceCode python");
+    box.append(pre);
     const note = element("p", "live-note");
     note.setAttribute("data-note", "");
     const feedback = element("pre", "live-feedback");
@@ -342,7 +419,7 @@ class Exercises {
     const bar = element("div", "live-bar");
     const restore = button("Start over", `Start over ${name}: the starter code again`);
     restore.addEventListener("click", () => this.startOver(step));
-    const parts = { editor, note, feedback };
+    const parts = { note, feedback };
     if (step.static) {
       const why = element("p", "live-jupyter-only");
       why.append(`Checks only in Jupyter: it ${step.static}. `);
@@ -350,42 +427,45 @@ class Exercises {
     } else {
       parts.check = button("Check", `Check ${name} (Shift+Enter)`);
       parts.check.addEventListener("click", () => this.clicked(step));
-      editor.addEventListener("keydown", (event) => {
-        if (event.key === "Enter" && event.shiftKey) {
-          event.preventDefault();
-          this.clicked(step);
-        }
-      });
       bar.append(parts.check, restore);
     }
     this.blocks.set(step.id, parts);
-    block.append(prompt, editor, bar, note, feedback);
-    this.fit(editor);
+    this.book.editorReady.then((create) => {
+      this.editors.set(step.id, create(pre, {
+        text: this.answers.load(step.id, step.source),
+        label: "Your answer to " + name,
+        // Shift+Enter checks the answer, as it runs a cell.
+        onRun: () => (step.static ? undefined : this.clicked(step)),
+        onChange: () => this.edited(step),
+      }));
+    });
+    block.addEventListener("focusin", () => this.book.intent());
+    block.append(prompt, box, bar, note, feedback);
     return block;
   }
 
-  fit(editor) {
-    editor.rows = Math.max(3, editor.value.split("\n").length);
+  answer(id) {
+    const editor = this.editors.get(id);
+    return editor ? editor.getText() : this.answers.load(id, "");
   }
 
   edited(step) {
-    const editor = this.editors.get(step.id);
-    this.answers.save(step.id, editor.value);
+    this.answers.save(step.id, this.answer(step.id));
     this.stopped.delete(step.id);
-    this.fit(editor);
   }
 
   // "Start over" can be undone: the answer it replaced is kept until the next edit.
   startOver(step) {
     const editor = this.editors.get(step.id);
-    const before = editor.value;
+    if (!editor) return;
+    const before = editor.getText();
     const { note } = this.blocks.get(step.id);
-    editor.value = step.source;
+    editor.setText(step.source);
     this.edited(step);
     note.replaceChildren("Started over from the starter code. ");
     const undo = button("Undo", `Undo starting over ${questionName(step)}`);
     undo.addEventListener("click", () => {
-      editor.value = before;
+      editor.setText(before);
       this.edited(step);
       note.replaceChildren("Your answer is back.");
     });
@@ -395,11 +475,11 @@ class Exercises {
   otherTab(id, text) {
     const editor = this.editors.get(id);
     const found = this.blocks.get(id);
-    if (!editor || text === null || text === editor.value) return;
+    if (!editor || text === null || text === editor.getText()) return;
     found.note.replaceChildren("Another tab changed this answer; this tab keeps its own. ");
     const use = button("Use the other tab's", `Use the other tab's answer to ${id}`);
     use.addEventListener("click", () => {
-      editor.value = text;
+      editor.setText(text);
       this.edited({ id });
       found.note.replaceChildren();
     });
@@ -409,6 +489,7 @@ class Exercises {
   // A Check while this question's check runs stops it; otherwise the check is queued, once.
   clicked(step) {
     const { feedback } = this.blocks.get(step.id);
+    this.book.intent();
     if (this.book.checking === step.id) {
       this.book.stopChecks();
       return;
@@ -425,7 +506,7 @@ class Exercises {
     const steps = [];
     for (const other of this.data.steps) {
       if (other.kind === "check" || other.static) continue;
-      const source = other.kind === "question" ? this.editors.get(other.id).value : other.source;
+      const source = other.kind === "question" ? this.answer(other.id) : other.source;
       steps.push({ kind: other.kind, id: other.id, source });
       if (other.id === step.id) break;
     }
@@ -458,7 +539,7 @@ class Exercises {
       this.book.announce(`Check of ${name} stopped`);
     } finally {
       check.textContent = "Check";
-      check.setAttribute("aria-label", `Check ${name}`);
+      check.setAttribute("aria-label", `Check ${name} (Shift+Enter)`);
     }
   }
 }
@@ -491,6 +572,8 @@ class LiveBook {
     this.queuedChecks = new Map();
     this.busy = 0;
     this.checking = null;
+    this.intended = false;
+    this.editorReady = loadEditor(offset);
   }
 
   build() {
@@ -501,9 +584,14 @@ class LiveBook {
     }
     this.toolbar();
     this.exercises();
-    // Python starts loading with the page, so that it is ready when the reader first runs a
-    // cell, unless the reader's browser asks to save data; then the first Run loads it.
-    if (!navigator.connection?.saveData) this.warm();
+  }
+
+  // Python loads at the reader's first sign of intent (focus in a cell, Run, Check, Run
+  // all), not with the page: a reader who only reads downloads none of its 14 MB.
+  intent() {
+    if (this.intended) return;
+    this.intended = true;
+    this.warm();
   }
 
   announce(text) {
@@ -531,9 +619,13 @@ class LiveBook {
     const stop = button("Stop");
     const reset = button("Reset");
     this.state = element("span", "live-state",
-      "The cells run in this page; Python loads at the first Run (about 14 MB, once).");
+      "The cells run in this page: Python loads when you first edit or run one " +
+      "(about 14 MB, once).");
     this.state.setAttribute("data-live-state", "");
-    runAll.addEventListener("click", () => this.runAll());
+    runAll.addEventListener("click", () => {
+      this.intent();
+      this.runAll();
+    });
     stop.addEventListener("click", () => this.stop());
     reset.addEventListener("click", () => this.reset());
     bar.append(runAll, stop, reset, this.state);
@@ -605,6 +697,7 @@ class LiveBook {
   // not started again, and one that raises ends the run: the cell says so and offers to run
   // from the top.
   runTo(cell) {
+    this.intent();
     this.wait(cell);
     return this.enqueue(async () => {
       this.started(cell);
@@ -684,13 +777,14 @@ class LiveBook {
     for (const feedback of this.queuedChecks.values()) feedback.textContent = "not checked: stopped";
     this.queuedChecks.clear();
     this.stopChecks();
-    this.warm("Stopped. A fresh Python is starting");
+    if (this.intended) this.warm("Stopped. A fresh Python is starting");
   }
 
   reset() {
     this.restart();
     for (const cell of this.cells) cell.reset();
-    this.warm("Reset to the book's code. A fresh Python is starting");
+    if (this.intended) this.warm("Reset to the book's code. A fresh Python is starting");
+    else this.say("Reset to the book's code.");
   }
 }
 
