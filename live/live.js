@@ -368,12 +368,23 @@ class Answers {
 
   load(id, starter) {
     const key = this.prefix + id;
-    return sessionStorage.getItem(key) ?? localStorage.getItem(key) ?? starter;
+    try {
+      return sessionStorage.getItem(key) ?? localStorage.getItem(key) ?? starter;
+    } catch {
+      return starter;  // storage turned off: nothing was saved
+    }
   }
 
+  // False when the browser refuses (storage full or turned off): the answer stays in the
+  // editor, and the page says it is not saved.
   save(id, text) {
-    sessionStorage.setItem(this.prefix + id, text);
-    localStorage.setItem(this.prefix + id, text);
+    try {
+      sessionStorage.setItem(this.prefix + id, text);
+      localStorage.setItem(this.prefix + id, text);
+      return true;
+    } catch {
+      return false;
+    }
   }
 }
 
@@ -450,8 +461,11 @@ class Exercises {
   }
 
   edited(step) {
-    this.answers.save(step.id, this.answer(step.id));
     this.stopped.delete(step.id);
+    if (!this.answers.save(step.id, this.answer(step.id))) {
+      this.blocks.get(step.id).note.textContent =
+        "This browser did not let the page save this answer: copy it before you leave.";
+    }
   }
 
   // "Start over" can be undone: the answer it replaced is kept until the next edit.

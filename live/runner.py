@@ -86,7 +86,9 @@ class Output:
         if isinstance(html, str) and len(html) > LIMIT - self.kept:
             self.left_out += len(html)
             html = None
-        self.items.append({"type": kind, "text": self.room(repr(value)), "html": html})
+        text = self.room(repr(value))
+        if text or html:  # past the cap a displayed value is only counted, like text
+            self.items.append({"type": kind, "text": text, "html": html})
         self.maybe_send()
 
     def maybe_send(self) -> None:

@@ -113,6 +113,8 @@ def test_output_is_capped_with_a_count_of_what_was_left_out(
     assert len(json.dumps(reply)) < 3 * runner.LIMIT  # not the 50 MB the cell printed
     reply = ran(runner, "'y' * 300_000")
     assert reply["text"] == repr("y" * 300_000)[:runner.LIMIT] and reply["left_out"] > 200_000
+    reply = ran(runner, "for n in range(50_000):\n    display(n)")  # values, not text
+    assert len(reply["outputs"]) < 10_000 and reply["left_out"] > 200_000
 
 
 def test_printing_in_a_tight_loop_sends_a_few_batches(runner: types.ModuleType) -> None:
