@@ -529,6 +529,9 @@ class Exercises {
     return { name, tests: this.data.tests[name], steps, skip: [...this.stopped] };
   }
 
+  // Runs the check in the checking worker. Another answer that runs longer than
+  // book.answerLimit (an endless loop, say) is stopped and skipped, and the check runs again
+  // without it; so is one the reader stops with Stop.
   async check(step) {
     const { check, feedback } = this.blocks.get(step.id);
     const name = questionName(step);
@@ -536,10 +539,18 @@ class Exercises {
     check.textContent = "Stop";
     check.setAttribute("aria-label", `Stop checking ${name}`);
     let running = step.id;
+    let since = performance.now();
+    let overran = null;
+    const watchdog = setInterval(() => {
+      if (running !== step.id && performance.now() - since > this.book.answerLimit) {
+        overran = running;
+        this.book.stopChecks();
+      }
+    }, 250);
     try {
       const reply = await this.book.checker.call(
         { action: "check-question", request: this.request(step) },
-        (partial) => { running = partial.step; });
+        (partial) => { running = partial.step; since = performance.now(); });
       feedback.textContent = checkText(reply);
       feedback.dataset.status = reply.passed ? "pass" : "fail";
       this.book.announce(`Check of ${name}: ` + (reply.passed ? "all tests passed"
@@ -547,11 +558,16 @@ class Exercises {
     } catch (failure) {
       // Stopped: the answer that was running is skipped by later checks until edited.
       this.stopped.add(running);
+      if (overran) {
+        clearInterval(watchdog);
+        return this.check(step);
+      }
       feedback.textContent = `Stopped while running the answer to ${running}. Later checks ` +
         "skip that answer until you edit it.";
       feedback.dataset.status = "fail";
       this.book.announce(`Check of ${name} stopped`);
     } finally {
+      clearInterval(watchdog);
       check.textContent = "Check";
       check.setAttribute("aria-label", `Check ${name} (Shift+Enter)`);
     }
@@ -586,6 +602,7 @@ class LiveBook {
     this.queuedChecks = new Map();
     this.busy = 0;
     this.checking = null;
+    this.answerLimit = 10_000;  // ms another answer may run within a check
     this.intended = false;
     this.editorReady = loadEditor(offset);
   }

@@ -501,7 +501,7 @@ async def _run_steps(asked: dict[str, Any], found: dict[str, Any], send: Send | 
         mine = number == len(steps) - 1
         if step["id"] in asked.get("skip", ()) and not mine:
             found["notes"].append(f"The answer to {step['id']} was stopped, so this check "
-                                  "skipped it.")
+                                  "skipped it; edit it to include it again.")
             continue
         if send:
             send(json.dumps({"step": step["id"]}))

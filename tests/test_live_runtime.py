@@ -223,7 +223,7 @@ def test_a_check_cannot_be_changed_by_the_answers_of_another() -> None:
     assert replies[4]["setup"][0]["id"] == "ex1-happy-path"
     assert "ZeroDivisionError: division by zero" in replies[4]["setup"][0]["error"]
     assert replies[5]["notes"] == ["The answer to q1b-code was stopped, so this check "
-                                   "skipped it."]
+                                   "skipped it; edit it to include it again."]
 
 
 # --- In the browser --------------------------------------------------------------------------
@@ -439,15 +439,17 @@ def test_every_model_answer_passes_in_the_page_or_is_marked(
 def test_checks_queue_say_so_and_the_toolbar_tells_the_truth(chapter: Any) -> None:
     page = chapter
     first, second = exercise(page, "q1b-code"), exercise(page, "q2b-code")
-    type_code(first, "import time\ntime.sleep(1.5)")
+    type_code(first, "while True:\n    pass")  # runs until stopped
     first.get_by_role("button", name="Check q1b").click()
     page.get_by_text("checking q1b-code…").wait_for(timeout=TIMEOUT)
     second.get_by_role("button", name="Check q2b").click()
     assert second.locator("[data-feedback]").inner_text() == \
         "waiting for the check that is running…"
     assert page.locator("[data-live-state]").inner_text() == "checking q1b-code…"
-    assert "anatomy_q1b results:" in checked(page, first)
-    assert "anatomy_q2b results:" in checked(page, second)
+    first.get_by_role("button", name="Stop checking q1b").click()
+    assert "Stopped while running the answer to q1b-code" in checked(page, first)
+    assert "anatomy_q2b results:" in checked(page, second)  # the queued check ran after
+    type_code(first, "print('quick')")
     # Each Check names its question; Shift+Enter in an answer checks it.
     names = page.evaluate("""() => [...document.querySelectorAll('[data-exercise] button')]
         .map(b => b.getAttribute('aria-label')).filter(l => l.startsWith('Check '))""")
@@ -460,6 +462,7 @@ def test_checks_queue_say_so_and_the_toolbar_tells_the_truth(chapter: Any) -> No
 def test_a_stopped_answer_is_skipped_by_later_checks(chapter: Any) -> None:
     page = chapter
     first, later = exercise(page, "q1b-code"), exercise(page, "q3a-code")
+    skipped = "The answer to q1b-code was stopped, so this check skipped it"
     type_code(first, "while True:\n    pass")
     later.get_by_role("button", name="Check q3a").click()
     page.get_by_text("checking q3a-code…").wait_for(timeout=TIMEOUT)
@@ -470,9 +473,16 @@ def test_a_stopped_answer_is_skipped_by_later_checks(chapter: Any) -> None:
     page.wait_for_function("f => f.dataset.status && !f.textContent.includes('Stopped')",
                            arg=later.locator("[data-feedback]").element_handle(),
                            timeout=TIMEOUT)
-    feedback = later.locator("[data-feedback]").inner_text()
-    assert "The answer to q1b-code was stopped, so this check skipped it." in feedback
-    assert "anatomy_q3a results:" in feedback
+    assert skipped in checked(page, later) and "anatomy_q3a results:" in checked(page, later)
+    # Edited, it runs again; endless, it is stopped by the time limit, without a click.
+    type_code(first, "while True:\n    pass\n")
+    page.evaluate("() => { window.agentbookLive.answerLimit = 1000; }")
+    later.get_by_role("button", name="Check q3a").click()
+    page.wait_for_function("f => f.dataset.status && f.textContent.includes('results:')",
+                           arg=later.locator("[data-feedback]").element_handle(),
+                           timeout=TIMEOUT)
+    assert skipped in checked(page, later)
+    page.evaluate("() => { window.agentbookLive.answerLimit = 10000; }")
 
 
 def test_start_over_can_be_undone_and_another_tab_is_noticed(
