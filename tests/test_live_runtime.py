@@ -228,61 +228,33 @@ def test_a_check_cannot_be_changed_by_the_answers_of_another() -> None:
 
 # --- In the browser --------------------------------------------------------------------------
 
-# A worker of the page's Python, and `py.call(message)`, which resolves with its reply and
-# the batches that came before it, each with the time it came.
-WORKER = """() => {
-  const worker = new Worker("live/worker.js", { type: "module" });
-  const pending = new Map();
-  let next = 0;
-  worker.onmessage = (event) => {
-    const waiting = pending.get(event.data.id);
-    if (event.data.partial) {
-      waiting.partials.push({ at: performance.now(), ...event.data.partial });
-      return;
-    }
-    pending.delete(event.data.id);
-    waiting.resolve({ ...event.data, partials: waiting.partials, at: performance.now() });
-  };
-  window.py = { call: (message) => new Promise((resolve) => {
-    const id = next++;
-    pending.set(id, { resolve, partials: [] });
-    worker.postMessage({ ...message, id });
-  }) };
+# The page's own Python (live.js's `Python`, a worker running live/runner.py), sent one
+# message; its reply, and the batches that came before it, each with the time it came.
+CALL = """async (message) => {
+  const partials = [];
+  const onPartial = message.stream
+    ? (partial) => partials.push({ at: performance.now(), ...partial }) : undefined;
+  const reply = await window.agentbookLive.python.call(message, onPartial);
+  return { reply, partials, at: performance.now() };
 }"""
 
 
-@pytest.fixture(scope="module")
-def python(context: Any, served: str) -> Any:  # noqa: F811 - the imported fixtures
-    """A page of the book with a worker of its Python, loaded."""
-    page = context.new_page()
-    page.goto(served + "index.html")
-    page.evaluate(WORKER)
-    page.evaluate("() => py.call({ action: 'load' })")
-    yield page
-    page.close()
-
-
-def call(page: Any, message: dict[str, Any]) -> dict[str, Any]:
-    found: dict[str, Any] = page.evaluate("m => py.call(m)", message)
-    assert "failed" not in found, found.get("failed")
-    return found
-
-
-def test_the_page_shows_what_ipython_stored(python: Any) -> None:
+def test_the_page_shows_what_ipython_stored_and_streams_what_it_prints(chapter: Any) -> None:
+    page = chapter
     for cell in cases():
-        reply = call(python, {"action": "run", "code": "".join(cell["source"]),
-                              "cell": cell["id"]})["reply"]
+        reply = page.evaluate(CALL, {"action": "run", "code": "".join(cell["source"]),
+                                     "cell": cell["id"]})["reply"]
         assert page_outputs(reply) == stored_outputs(cell), cell["id"]
-
-
-def test_printed_text_arrives_while_the_cell_runs(python: Any) -> None:
     code = "import time\nfor n in range(6):\n    print(n)\n    time.sleep(0.1)"
-    found = call(python, {"action": "run", "code": code, "cell": "slow", "stream": True})
+    found = page.evaluate(CALL, {"action": "run", "code": code, "cell": "slow",
+                                 "stream": True})
     first = found["partials"][0]
     assert first["outputs"] == [{"type": "stream", "name": "stdout", "text": "0"}]
     assert found["at"] - first["at"] > 400  # ms: the first line came long before the end
     streamed = "".join(item["text"] for batch in found["partials"] for item in batch["outputs"])
     assert streamed == found["reply"]["stdout"] == "0\n1\n2\n3\n4\n5\n"
+    # The chapter's cells get a fresh Python, without these cells' names and flags.
+    page.get_by_role("toolbar").get_by_role("button", name="Reset").click()
 
 
 # --- In the page: the reader's side ----------------------------------------------------------
@@ -314,7 +286,8 @@ def cell_box(page: Any, cell_id: str) -> Any:
 
 def finished(page: Any, box: Any) -> Any:
     output = box.locator("[data-live-output]")
-    output.and_(page.locator("[data-status]")).wait_for(timeout=TIMEOUT)
+    # Attached, not visible: a cell that prints nothing has an empty output.
+    output.and_(page.locator("[data-status]")).wait_for(state="attached", timeout=TIMEOUT)
     return output
 
 
@@ -345,6 +318,11 @@ def test_a_stopped_cell_stays_stopped_and_keeps_what_it_printed(chapter: Any) ->
     page.wait_for_timeout(300)
     assert output.inner_text() == kept  # the loop did not start again
     assert below.locator("[data-live-output]").get_attribute("data-status") is None
+    # Once the reader has mended it, "Run from the top" runs it and the cells to this one.
+    type_code(preview, "print('mended')")
+    below.get_by_role("button", name="Run from the top").click()
+    assert finished(page, below).get_attribute("data-status") == "ok"
+    assert output.inner_text().strip() == "mended"
 
 
 def test_run_all_stops_at_the_first_error_and_says_so_once_per_cell(chapter: Any) -> None:
