@@ -213,7 +213,7 @@ class Cell {
     this.div.addEventListener("focusin", () => this.book.intent());
     this.run = button("Run", `Run this cell, ${this.id} (Shift+Enter)`);
     this.run.addEventListener("click", () => {
-      if (this.running) this.book.stop();
+      if (this.running) this.book.stopCells();
       else this.book.runTo(this);
     });
     this.status = element("span", "live-status");
@@ -697,9 +697,10 @@ class LiveBook {
   // Checks queue apart from the chapter's cells, in their own worker.
   enqueueCheck(id, feedback, job) {
     const generation = this.generation;
-    this.queuedChecks.set(id, feedback);
+    const entry = { feedback };  // this request's own, so a stale run deletes only itself
+    this.queuedChecks.set(id, entry);
     const run = async () => {
-      this.queuedChecks.delete(id);
+      if (this.queuedChecks.get(id) === entry) this.queuedChecks.delete(id);
       if (generation !== this.generation) return;
       this.checking = id;
       this.say(`checking ${id}…`);
@@ -802,13 +803,21 @@ class LiveBook {
     this.checker.restart();
   }
 
-  // Both start a fresh Python at once; a run after them reruns the cells above it first.
-  stop() {
-    this.restart();  // also drops the queued checks
-    for (const feedback of this.queuedChecks.values()) feedback.textContent = "not checked: stopped";
-    this.queuedChecks.clear();
-    this.stopChecks();
+  // A cell's Stop: the chapter's Python only, so a check in progress goes on.
+  stopCells() {
+    this.restart();
     if (this.intended) this.warm("Stopped. A fresh Python is starting");
+  }
+
+  // The toolbar's Stop: the chapter's Python and the checks, queued ones too. A fresh
+  // Python starts at once; a run after it reruns the cells above first.
+  stop() {
+    for (const { feedback } of this.queuedChecks.values()) {
+      feedback.textContent = "not checked: stopped";
+    }
+    this.queuedChecks.clear();
+    this.stopCells();  // a new generation: the queued checks do not start
+    this.stopChecks();
   }
 
   reset() {
