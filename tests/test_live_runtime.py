@@ -266,14 +266,25 @@ def open_chapter(context: Any, served: str, chapter: str) -> Any:  # noqa: F811
     return page
 
 
+# Puts code in the editor of a cell (making it, as a click on the code does) or of an answer,
+# through the editor's own interface: as a paste, whatever the keyboard's focus or scroll.
+PASTE = """async (box, code) => {
+  const book = window.agentbookLive;
+  if (box.dataset.cellId) {
+    const cell = book.cells.find((found) => found.id === box.dataset.cellId);
+    (await cell.edit()).setText(code);
+    return;
+  }
+  const editors = () => book.exerciseBlock?.editors;
+  while (!editors()?.has(box.dataset.exercise)) {
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  editors().get(box.dataset.exercise).setText(code);
+}"""
+
+
 def type_code(box: Any, code: str) -> None:
-    """Paste `code` over what a cell's or an answer's editor holds (a cell's editor appears
-    when its code is clicked)."""
-    if not box.get_by_role("textbox").count() and box.locator("pre.sourceCode").count():
-        box.locator("pre.sourceCode").click()
-    box.get_by_role("textbox").click()
-    box.page.keyboard.press("ControlOrMeta+A")
-    box.page.keyboard.insert_text(code)
+    box.evaluate(PASTE, code)
 
 
 def code_in(box: Any) -> str:
