@@ -435,6 +435,10 @@ def test_every_model_answer_passes_in_the_page_or_is_marked(
     page = request.getfixturevalue("chapter") if chapter_name == "01_anatomy" else \
         open_chapter(context, served, chapter_name)
     page.wait_for_selector("[data-exercise]")
+    # A chapter cell that breaks agentbook breaks the chapter's Python, not the checks'.
+    broken = page.evaluate(CALL, {"action": "run", "cell": "breaks", "code": (
+        "import agentbook\nagentbook.run_agent = agentbook.make_environment = None")})
+    assert broken["reply"]["error"] is None
     answers = model_answers(MODEL_ANSWERS[chapter_name])
     questions = page.evaluate("() => [...document.querySelectorAll('[data-exercise]')]"
                               ".map(block => block.dataset.exercise)")
