@@ -1,9 +1,10 @@
-// Live cells: every code cell the book marked with data-cell-id becomes an editor with a Run
-// button, run by one Python (Pyodide in live/worker.js) in reading order. Cells marked
-// data-live="static" say why they run only in Jupyter. The chapter's exercises section gets
-// the exercise notebook's code questions, checked against their public tests.
+// Live cells: every code cell the book marked with data-cell-id gets a Run button and, once
+// the reader edits it, an editor (CodeMirror, from editor.js); one Python (Pyodide in
+// live/worker.js) runs the cells in reading order. Cells marked data-live="static" say why
+// they run only in Jupyter. The chapter's exercises section gets the exercise notebook's code
+// questions, each checked against its public tests in a second Python.
 
-const STOPPED = "Stopped: the interpreter was restarted, so every cell runs again.";
+const STOPPED = "Stopped. What it printed is kept above; the next run starts a fresh Python.";
 
 function element(tag, className, text) {
   const node = document.createElement(tag);
@@ -19,7 +20,8 @@ function button(text, label) {
   return node;
 }
 
-// One Python in a worker; `call` sends a request and resolves with its reply.
+// One Python in a worker; `call` sends a request and resolves with its reply. With
+// `onPartial`, the request asks for its output while it runs (live/DESIGN.md, "Messages").
 class Python {
   constructor(url) {
     this.url = url;
@@ -32,8 +34,12 @@ class Python {
     this.worker = new Worker(this.url, { type: "module" });
     this.worker.onmessage = (event) => {
       const waiting = this.pending.get(event.data.id);
-      this.pending.delete(event.data.id);
       if (!waiting) return;
+      if (event.data.partial) {
+        waiting.onPartial?.(event.data.partial);
+        return;
+      }
+      this.pending.delete(event.data.id);
       if (event.data.failed) waiting.reject(new Error(event.data.failed));
       else waiting.resolve(event.data.reply);
     };
@@ -41,12 +47,12 @@ class Python {
       "Python did not start: " + (event.message || "the worker failed to load")));
   }
 
-  call(message) {
+  call(message, onPartial) {
     if (!this.worker) this.spawn();
     const id = this.next++;
     return new Promise((resolve, reject) => {
-      this.pending.set(id, { resolve, reject });
-      this.worker.postMessage({ ...message, id });
+      this.pending.set(id, { resolve, reject, onPartial });
+      this.worker.postMessage({ ...message, id, stream: Boolean(onPartial) });
     });
   }
 
@@ -63,39 +69,111 @@ class Python {
   }
 }
 
-function showOutput(output, reply) {
-  output.replaceChildren();
-  const text = (reply.stdout || "") + (reply.stderr || "");
-  if (text) output.append(element("pre", "live-stream", text));
-  if (reply.html) {
-    const html = element("div", "live-html");
-    html.innerHTML = reply.html;
-    output.append(html);
-    document.dispatchEvent(new CustomEvent("agentbook-live-output"));
-  } else if (reply.text !== null && reply.text !== undefined) {
-    output.append(element("pre", "live-result", reply.text));
+// One polite live region for the page: one announcement per finished cell or check, rather
+// than one per status change.
+class Announcer {
+  constructor() {
+    this.region = element("div", "live-announcer");
+    this.region.setAttribute("role", "status");
+    this.region.setAttribute("aria-live", "polite");
+    this.region.setAttribute("data-announcer", "");
+    document.body.append(this.region);
+    this.count = 0;
   }
+
+  say(text) {
+    this.count += 1;
+    // Cleared first, so that the same words twice are announced twice.
+    this.region.textContent = "";
+    requestAnimationFrame(() => { this.region.textContent = text; });
+  }
+}
+
+// A short text for an announcement: the first lines, without the traceback's frames.
+function gist(text, lines = 2) {
+  const kept = text.trim().split("\n").filter((line) => line.trim());
+  return kept.slice(-lines).join(" ").slice(0, 300);
+}
+
+// The output area of a cell, filled item by item as the worker sends them.
+function appendItems(output, items) {
+  for (const item of items) {
+    if (item.type === "stream") {
+      const last = output.lastElementChild;
+      if (last && last.dataset.stream === item.name && !last.nextSibling) {
+        last.firstChild.appendData(item.text);
+      } else {
+        const pre = element("pre", "live-stream", item.text);
+        pre.dataset.stream = item.name;
+        output.append(pre);
+      }
+    } else if (item.html) {
+      const html = element("div", "live-html");
+      html.innerHTML = item.html;
+      output.append(html);
+      document.dispatchEvent(new CustomEvent("agentbook-live-output"));
+    } else {
+      output.append(element("pre", "live-result", item.text));
+    }
+  }
+}
+
+function showLeftOut(output, { left_out: count, limit }) {
+  if (!count) return;
+  const line = output.querySelector(":scope > .live-left-out") || element("p", "live-left-out");
+  line.textContent = `… ${count.toLocaleString("en-US")} more characters left out: the page ` +
+    `keeps the first ${limit.toLocaleString("en-US")} a cell shows.`;
+  output.append(line);  // moved to the end, after what was printed since
+}
+
+// The end of a streamed run: every item is on the page already.
+function finishOutput(output, reply) {
+  showLeftOut(output, reply);
   if (reply.error) output.append(element("pre", "live-error", reply.error));
   output.liveResult = reply;
   output.dataset.status = reply.error ? "error" : "ok";
 }
 
-// A check runs the student's code, which may never return; the page has one Python, and
-// terminating its worker is the only way to stop it. So each step of a check gets a time
-// limit, as the tests do in Jupyter and in grading (scripts/course/time_limit.py): past it,
-// the check fails with a message naming what did not finish, and a fresh Python starts.
-const CHECK_LIMIT_SECONDS = 10;
-
-function withinCheckLimit(book, request, what) {
-  let timer;
-  const limit = new Promise((resolve, reject) => {
-    timer = setTimeout(() => {
-      reject(new Error(`${what} did not finish within ${CHECK_LIMIT_SECONDS} s, so the page ` +
-        "restarted Python: look for a loop in your answer that never ends, then check again."));
-      book.stop();
-    }, CHECK_LIMIT_SECONDS * 1000);
+// The editor live.js falls back to where the CodeMirror bundle cannot load: a textarea with
+// the same interface as editor.js's createEditor, so a cell never knows which it has.
+export function textareaEditor(parent, { text, label, onRun, onChange }) {
+  const area = element("textarea", "live-code");
+  area.value = text;
+  area.spellcheck = false;
+  area.setAttribute("aria-label", label);
+  const fit = () => { area.rows = Math.max(1, area.value.split("\n").length); };
+  let escaped = false;  // Escape, then Tab, leaves the textarea, as it leaves CodeMirror
+  area.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && (event.shiftKey || event.ctrlKey || event.metaKey)) {
+      event.preventDefault();
+      onRun();
+    } else if (event.key === "Tab" && !escaped && !event.shiftKey) {
+      event.preventDefault();
+      area.setRangeText("    ", area.selectionStart, area.selectionEnd, "end");
+      area.dispatchEvent(new Event("input"));
+    }
+    escaped = event.key === "Escape";
   });
-  return Promise.race([request, limit]).finally(() => clearTimeout(timer));
+  area.addEventListener("input", () => {
+    fit();
+    if (onChange) onChange(area.value);
+  });
+  parent.append(area);
+  fit();
+  return {
+    dom: area,
+    getText: () => area.value,
+    setText: (value) => { area.value = value; fit(); },
+    focus: () => area.focus(),
+    focusAt: () => area.focus(),
+    destroy: () => area.remove(),
+  };
+}
+
+// CodeMirror, bundled into live/editor.js at build time; the textarea where it cannot load.
+function loadEditor(offset) {
+  return import(offset + "live/editor.js").then((module) => module.createEditor,
+                                                   () => textareaEditor);
 }
 
 class Cell {
@@ -104,93 +182,145 @@ class Cell {
     this.book = book;
     this.id = div.dataset.cellId;
     this.ran = false;
-    const code = div.querySelector("div.sourceCode code");
-    this.original = code ? code.textContent : "";
+    this.editor = null;  // made when the reader first edits: until then, the book's block
+    this.pre = div.querySelector("div.sourceCode pre");
+    this.code = this.pre?.querySelector("code");
+    this.original = this.code ? this.code.textContent : "";
+    this.highlighted = this.code ? this.code.innerHTML : "";
     this.build();
   }
 
   build() {
-    const box = element("div", "live-cell");
-    this.editor = element("textarea", "live-code");
-    this.editor.value = this.original;
-    this.editor.spellcheck = false;
-    this.editor.setAttribute("aria-label", "Code of cell " + this.id);
-    this.editor.addEventListener("input", () => this.fit());
-    this.editor.addEventListener("keydown", (event) => {
-      if (event.key === "Enter" && event.shiftKey) {
-        event.preventDefault();
-        this.book.runTo(this);
-      }
-    });
-    this.run = button("Run", "Run this cell (Shift+Enter)");
+    if (this.pre) {
+      // The book's own highlighted block, copy button and all, is what the reader sees until
+      // they click it or press Enter on it; then an editor takes its place in the same box.
+      this.pre.tabIndex = 0;
+      this.pre.setAttribute("role", "group");
+      this.pre.setAttribute("aria-label", `Code of cell ${this.id}: press Enter to edit`);
+      this.pre.addEventListener("mousedown", (event) => {
+        if (!this.editor && !event.target.closest("button")) {
+          event.preventDefault();
+          this.edit(event.clientX, event.clientY);
+        }
+      });
+      this.pre.addEventListener("keydown", (event) => {
+        if (!this.editor && event.key === "Enter" && event.target === this.pre) {
+          event.preventDefault();
+          this.edit();
+        }
+      });
+    }
+    this.div.addEventListener("focusin", () => this.book.intent());
+    this.run = button("Run", `Run this cell, ${this.id} (Shift+Enter)`);
     this.run.addEventListener("click", () => {
-      if (this.running) this.book.stop();
+      if (this.running) this.book.stopCells();
       else this.book.runTo(this);
     });
     this.status = element("span", "live-status");
-    this.status.setAttribute("aria-live", "polite");
-    const bar = element("div", "live-bar");
-    bar.append(this.run, this.status);
+    this.bar = element("div", "live-bar");
+    this.bar.append(this.run, this.status);
     this.output = element("div", "live-output");
     this.output.setAttribute("data-live-output", "");
+    this.output.setAttribute("aria-label", `Output of cell ${this.id}`);
+    this.output.setAttribute("role", "region");
     this.output.hidden = true;
-    box.append(this.editor, bar);
     const source = this.div.querySelector("div.sourceCode");
-    const shown = source && source.querySelector("pre");
-    if (shown) {
-      // The editor takes the code block's font and size, which hold 79 characters a line.
-      const style = getComputedStyle(shown);
-      this.editor.style.fontFamily = style.fontFamily;
-      this.editor.style.fontSize = style.fontSize;
-    }
-    this.div.insertBefore(box, source);
-    if (source) source.hidden = true;
+    (source || this.div.firstChild)?.after(this.bar);
     this.div.append(this.output);
     this.div.classList.add("live-ready");
-    this.fit();
   }
 
-  fit() {
-    this.editor.rows = Math.max(1, this.editor.value.split("\n").length);
+  // Swaps the static block for an editor holding the same code, in the same <pre>; the hidden
+  // <code> beside it follows every edit, so Quarto's copy button copies what is shown.
+  async edit(x, y) {
+    if (this.editor || !this.pre) return this.editor;
+    this.book.intent();
+    const create = await this.book.editorReady;
+    if (this.editor) return this.editor;
+    const holder = element("div", "live-editor");
+    this.pre.insertBefore(holder, this.code);
+    this.editor = create(holder, {
+      text: this.original,
+      label: "Code of cell " + this.id,
+      onRun: () => this.book.runTo(this),
+      onChange: (text) => { this.code.textContent = text; },
+    });
+    this.code.hidden = true;
+    this.pre.classList.add("live-editing");
+    this.pre.removeAttribute("tabindex");
+    this.pre.removeAttribute("role");
+    this.pre.removeAttribute("aria-label");
+    if (x === undefined) this.editor.focus();
+    else this.editor.focusAt(x, y);
+    return this.editor;
+  }
+
+  text() {
+    return this.editor ? this.editor.getText() : this.original;
   }
 
   setRunning(running) {
     this.running = running;
     this.run.textContent = running ? "Stop" : "Run";
-    this.run.setAttribute("aria-label", running ? "Stop this cell" : "Run this cell (Shift+Enter)");
-    this.status.textContent = running ? "running…" : this.status.textContent;
+    this.run.setAttribute("aria-label", running ? `Stop this cell, ${this.id}`
+      : `Run this cell, ${this.id} (Shift+Enter)`);
+    if (running) this.status.textContent = "running…";
   }
 
   storedOutputs() {
     return this.div.querySelectorAll(":scope > [class*='cell-output']");
   }
 
+  // Runs the cell, showing what it prints as it prints it; resolves with "done", "error" or
+  // "stopped". A stopped cell keeps what it printed, and stays stopped (LiveBook.runTo).
   async execute() {
     this.setRunning(true);
+    this.state = "running";
     this.output.removeAttribute("data-status");
+    this.output.replaceChildren();
+    this.output.hidden = false;
+    for (const stored of this.storedOutputs()) stored.hidden = true;
+    const onPartial = (partial) => {
+      appendItems(this.output, partial.outputs);
+      showLeftOut(this.output, partial);
+    };
     try {
-      const reply = await this.book.python.call({ action: "run", code: this.editor.value,
-                                                  cell: this.id });
+      const reply = await this.book.python.call({ action: "run", code: this.text(),
+                                                  cell: this.id }, onPartial);
       this.ran = true;
-      for (const stored of this.storedOutputs()) stored.hidden = true;
-      this.output.hidden = false;
-      showOutput(this.output, reply);
-      this.status.textContent = reply.error ? "error" : "done";
-      return !reply.error;
+      finishOutput(this.output, reply);
+      this.state = reply.error ? "error" : "done";
+      this.status.textContent = this.state;
+      this.book.announce(reply.error ? `Cell ${this.id} raised ${gist(reply.error, 1)}`
+        : `Cell ${this.id} done` + (this.output.textContent.trim()
+          ? ": " + gist(this.output.textContent) : ""));
     } catch (failure) {
-      this.output.hidden = false;
-      showOutput(this.output, { error: failure.message });
+      this.output.append(element("pre", "live-error", failure.message));
+      this.output.dataset.status = "error";
+      this.state = "stopped";
       this.status.textContent = "stopped";
-      throw failure;
+      this.book.announce(`Cell ${this.id} stopped`);
     } finally {
       this.setRunning(false);
     }
+    return this.state;
   }
 
+  // Back to the book: the static block again, as before any edit.
   reset() {
-    this.editor.value = this.original;
-    this.fit();
+    if (this.editor) {
+      this.editor.destroy();
+      this.editor = null;
+      this.pre.querySelector(".live-editor")?.remove();
+      this.code.innerHTML = this.highlighted;
+      this.code.hidden = false;
+      this.pre.classList.remove("live-editing");
+      this.pre.tabIndex = 0;
+      this.pre.setAttribute("role", "group");
+      this.pre.setAttribute("aria-label", `Code of cell ${this.id}: press Enter to edit`);
+    }
     this.ran = false;
+    this.state = undefined;
     this.output.hidden = true;
     this.output.replaceChildren();
     this.output.removeAttribute("data-status");
@@ -199,15 +329,19 @@ class Cell {
   }
 }
 
-function staticNote(div) {
-  const note = element("p", "live-static");
-  note.append("Runs only in Jupyter: " + (div.dataset.liveReason || "not in the browser") + ". ");
-  const links = document.querySelectorAll(".launch-links a");
-  links.forEach((link, index) => {
+// The chapter's Binder and Colab links, for what runs only in Jupyter.
+function launchLinks(note) {
+  document.querySelectorAll(".launch-links a").forEach((link, index) => {
     if (index) note.append(" · ");
     note.append(link.cloneNode(true));
   });
-  div.prepend(note);
+  return note;
+}
+
+function staticNote(div) {
+  const note = element("p", "live-static");
+  note.append("Runs only in Jupyter: " + (div.dataset.liveReason || "not in the browser") + ". ");
+  div.prepend(launchLinks(note));
 }
 
 // Tiny markdown for exercise prompts: paragraphs, `code`, **bold**, *italic*.
@@ -219,125 +353,299 @@ function promptHtml(markdown) {
     .replace(/\*([^*\s][^*]*)\*/g, "<em>$1</em>") + "</p>").join("");
 }
 
+// Each answer is saved for this tab (sessionStorage, so a reload keeps it) and for the
+// browser (localStorage, so a new tab starts from it). When another tab saves an answer
+// this tab shows, the tab keeps its own and offers the other one.
+class Answers {
+  constructor(notebook, onOtherTab) {
+    this.prefix = `agentbook:${notebook}:`;
+    window.addEventListener("storage", (event) => {
+      if (event.storageArea === localStorage && event.key?.startsWith(this.prefix)) {
+        onOtherTab(event.key.slice(this.prefix.length), event.newValue);
+      }
+    });
+  }
+
+  load(id, starter) {
+    const key = this.prefix + id;
+    try {
+      return sessionStorage.getItem(key) ?? localStorage.getItem(key) ?? starter;
+    } catch {
+      return starter;  // storage turned off: nothing was saved
+    }
+  }
+
+  // False when the browser refuses (storage full or turned off): the answer stays in the
+  // editor, and the page says it is not saved.
+  save(id, text) {
+    try {
+      sessionStorage.setItem(this.prefix + id, text);
+      localStorage.setItem(this.prefix + id, text);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+}
+
+// "q1b-code" is shown as "q1b".
+function questionName(step) {
+  return step.id.replace(/-code$/, "");
+}
+
 class Exercises {
   constructor(book, data, section) {
     this.book = book;
     this.data = data;
     this.editors = new Map();
+    this.blocks = new Map();
+    this.stopped = new Set();  // answers a Stop ended: later checks skip them until edited
+    this.answers = new Answers(data.notebook, (id, text) => this.otherTab(id, text));
     const box = element("div", "live-exercises");
     box.append(element("h3", "live-exercises-title", "Check your answers here"));
     box.append(element("p", "live-exercises-intro",
       `The code questions of ${data.notebook}, checked against the same public tests as its ` +
-      "grader.check cells. Each check runs the notebook from the top, with your answers; " +
-      "they are kept in this browser."));
+      "grader.check cells. Each check runs the notebook from the top, with your answers, " +
+      "in a Python of its own; they are kept in this browser."));
     for (const step of data.steps) {
       if (step.kind === "question") box.append(this.question(step));
     }
     section.append(box);
   }
 
-  key(id) {
-    return `agentbook:${this.data.notebook}:${id}`;
-  }
-
   question(step) {
+    const name = questionName(step);
     const block = element("div", "live-exercise");
     block.setAttribute("data-exercise", step.id);
     const prompt = element("div", "live-prompt");
     prompt.innerHTML = promptHtml(step.prompt);
-    const editor = element("textarea", "live-code");
-    editor.spellcheck = false;
-    editor.setAttribute("aria-label", "Your answer to " + step.id);
-    editor.value = localStorage.getItem(this.key(step.id)) ?? step.source;
-    const code = document.querySelector("div.sourceCode pre");
-    if (code) editor.style.fontSize = getComputedStyle(code).fontSize;
-    const fit = () => { editor.rows = Math.max(3, editor.value.split("\n").length); };
-    editor.addEventListener("input", () => {
-      localStorage.setItem(this.key(step.id), editor.value);
-      fit();
-    });
-    fit();
-    this.editors.set(step.id, editor);
-    const check = button("Check");
-    const restore = button("Start over", "Start over: the starter code again");
+    // The answer is edited in a box like the book's code blocks.
+    const box = element("div", "sourceCode live-answer");
+    const pre = element("pre", "sourceCode python");
+    box.append(pre);
+    const note = element("p", "live-note");
+    note.setAttribute("data-note", "");
     const feedback = element("pre", "live-feedback");
     feedback.setAttribute("data-feedback", "");
-    feedback.setAttribute("aria-live", "polite");
-    check.addEventListener("click", () => this.book.enqueue(() => this.check(step, feedback)));
-    restore.addEventListener("click", () => {
-      editor.value = step.source;
-      localStorage.removeItem(this.key(step.id));
-      fit();
-    });
     const bar = element("div", "live-bar");
-    bar.append(check, restore);
-    block.append(prompt, editor, bar, feedback);
+    const restore = button("Start over", `Start over ${name}: the starter code again`);
+    restore.addEventListener("click", () => this.startOver(step));
+    const parts = { note, feedback };
+    if (step.static) {
+      const why = element("p", "live-jupyter-only");
+      why.append(`Checks only in Jupyter: it ${step.static}. `);
+      bar.append(launchLinks(why), restore);
+    } else {
+      parts.check = button("Check", `Check ${name} (Shift+Enter)`);
+      parts.check.addEventListener("click", () => this.clicked(step));
+      bar.append(parts.check, restore);
+    }
+    this.blocks.set(step.id, parts);
+    this.book.editorReady.then((create) => {
+      this.editors.set(step.id, create(pre, {
+        text: this.answers.load(step.id, step.source),
+        label: "Your answer to " + name,
+        // Shift+Enter checks the answer, as it runs a cell.
+        onRun: () => (step.static ? undefined : this.clicked(step)),
+        onChange: () => this.edited(step),
+      }));
+    });
+    block.addEventListener("focusin", () => this.book.intent());
+    block.append(prompt, box, bar, note, feedback);
     return block;
   }
 
-  // The notebook from the top, with the page's answers, up to this question's check.
-  async check(step, feedback) {
-    feedback.textContent = "checking…";
-    feedback.removeAttribute("data-status");
-    const python = this.book.python;
-    let printed = "";
-    try {
-      await python.call({ action: "load" });  // not timed: the first one downloads Python
-      await python.call({ action: "reset-exercises" });
-      for (const other of this.data.steps) {
-        if (other.kind === "check" && other.id === step.id) {
-          const { summary } = await withinCheckLimit(this.book, python.call({
-            action: "check", name: other.name, source: this.data.tests[other.name] }),
-          `${other.name}: its tests`);
-          feedback.textContent = printed + summary;
-          feedback.dataset.status = summary.includes("All test cases passed") ? "pass" : "fail";
-          return;
-        }
-        if (other.kind === "check") continue;
-        const code = other.kind === "question" ? this.editors.get(other.id).value : other.source;
-        const reply = await withinCheckLimit(this.book, python.call({
-          action: "exercise", code, cell: other.id }), `cell ${other.id}`);
-        if (other.id === step.id) {
-          printed = (reply.stdout || "") + (reply.stderr || "") + (reply.error || "");
-          printed += printed && !printed.endsWith("\n") ? "\n" : "";
-        }
-      }
-    } catch (failure) {
-      feedback.textContent = failure.message;
-      feedback.dataset.status = "fail";
+  answer(id) {
+    const editor = this.editors.get(id);
+    return editor ? editor.getText() : this.answers.load(id, "");
+  }
+
+  edited(step) {
+    this.stopped.delete(step.id);
+    if (!this.answers.save(step.id, this.answer(step.id))) {
+      this.blocks.get(step.id).note.textContent =
+        "This browser did not let the page save this answer: copy it before you leave.";
     }
   }
+
+  // "Start over" can be undone: the answer it replaced is kept until the next edit.
+  startOver(step) {
+    const editor = this.editors.get(step.id);
+    if (!editor) return;
+    const before = editor.getText();
+    const { note } = this.blocks.get(step.id);
+    editor.setText(step.source);
+    this.edited(step);
+    note.replaceChildren("Started over from the starter code. ");
+    const undo = button("Undo", `Undo starting over ${questionName(step)}`);
+    undo.addEventListener("click", () => {
+      editor.setText(before);
+      this.edited(step);
+      note.replaceChildren("Your answer is back.");
+    });
+    note.append(undo);
+  }
+
+  otherTab(id, text) {
+    const editor = this.editors.get(id);
+    const found = this.blocks.get(id);
+    if (!editor || text === null || text === editor.getText()) return;
+    found.note.replaceChildren("Another tab changed this answer; this tab keeps its own. ");
+    const use = button("Use the other tab's", `Use the other tab's answer to ${id}`);
+    use.addEventListener("click", () => {
+      editor.setText(text);
+      this.edited({ id });
+      found.note.replaceChildren();
+    });
+    found.note.append(use);
+  }
+
+  // A Check while this question's check runs stops it; otherwise the check is queued, once.
+  clicked(step) {
+    const { feedback } = this.blocks.get(step.id);
+    this.book.intent();
+    if (this.book.checking === step.id) {
+      this.book.stopChecks();
+      return;
+    }
+    if (this.book.queuedChecks.has(step.id)) return;
+    feedback.removeAttribute("data-status");
+    feedback.textContent = this.book.checking ? "waiting for the check that is running…" : "";
+    this.book.enqueueCheck(step.id, feedback, () => this.check(step));
+  }
+
+  // The set-up cells and answers above this question, its own answer last, as the notebook
+  // runs them; what the page cannot run is left out (it carries `static`).
+  request(step) {
+    const steps = [];
+    for (const other of this.data.steps) {
+      if (other.kind === "check" || other.static) continue;
+      const source = other.kind === "question" ? this.answer(other.id) : other.source;
+      steps.push({ kind: other.kind, id: other.id, source });
+      if (other.id === step.id) break;
+    }
+    const { name } = this.data.steps.find((other) => other.kind === "check" &&
+                                          other.id === step.id);
+    return { name, tests: this.data.tests[name], steps, skip: [...this.stopped] };
+  }
+
+  // Runs the check in the checking worker. Another answer that runs longer than
+  // book.answerLimit (an endless loop, say) is stopped and skipped, and the check runs again
+  // without it; so is one the reader stops with Stop.
+  async check(step) {
+    const { check, feedback } = this.blocks.get(step.id);
+    const name = questionName(step);
+    feedback.textContent = "checking…";
+    check.textContent = "Stop";
+    check.setAttribute("aria-label", `Stop checking ${name}`);
+    let running = step.id;
+    let since = performance.now();
+    let overran = null;
+    // Every step gets the limit, the question's own answer and its tests too: a function that
+    // never returns when a test calls it costs this question only, as it does in Jupyter and
+    // in grading, where a time limit sits inside each test (scripts/course/time_limit.py).
+    const watchdog = setInterval(() => {
+      if (performance.now() - since > this.book.answerLimit) {
+        overran = running;
+        this.book.stopChecks();
+      }
+    }, 250);
+    try {
+      const reply = await this.book.checker.call(
+        { action: "check-question", request: this.request(step) },
+        (partial) => { running = partial.step; since = performance.now(); });
+      feedback.textContent = checkText(reply);
+      feedback.dataset.status = reply.passed ? "pass" : "fail";
+      this.book.announce(`Check of ${name}: ` + (reply.passed ? "all tests passed"
+        : gist(reply.summary)));
+    } catch (failure) {
+      // Stopped: the answer that was running is skipped by later checks until edited.
+      this.stopped.add(running);
+      if (overran && overran !== step.id) {
+        clearInterval(watchdog);
+        return this.check(step);
+      }
+      const limit = this.book.answerLimit / 1000;
+      feedback.textContent = overran ? `${name}: its answer or its tests did not finish ` +
+        `within ${limit} s, so the page restarted the checking Python: look for a loop ` +
+        "that never ends, then check again." : `Stopped while running the answer to ` +
+        `${running}. Later checks skip that answer until you edit it.`;
+      feedback.dataset.status = "fail";
+      this.book.announce(`Check of ${name} stopped`);
+    } finally {
+      clearInterval(watchdog);
+      check.textContent = "Check";
+      check.setAttribute("aria-label", `Check ${name} (Shift+Enter)`);
+    }
+  }
+}
+
+// What a check found, in the order a reader needs it: what the answer printed, why names may
+// be missing, then otter's summary.
+function checkText(reply) {
+  const parts = [];
+  if (reply.printed) parts.push(reply.printed.replace(/\n$/, ""));
+  for (const failed of reply.setup || []) {
+    parts.push(`The set-up cell ${failed.id} raised an error, so names it defines may be ` +
+               `missing:\n${failed.error.replace(/\n$/, "")}`);
+  }
+  parts.push(...(reply.notes || []));
+  parts.push(reply.summary);
+  return parts.join("\n");
 }
 
 class LiveBook {
   constructor(offset) {
     this.offset = offset;
-    this.python = new Python(new URL(offset + "live/worker.js", document.baseURI));
+    const url = new URL(offset + "live/worker.js", document.baseURI);
+    this.python = new Python(url);
+    this.checker = new Python(url);  // checks run apart from the chapter's cells
     this.queue = Promise.resolve();
+    this.checks = Promise.resolve();
     this.generation = 0;
     this.cells = [];
+    this.waiting = new Set();
+    this.queuedChecks = new Map();
+    this.busy = 0;
+    this.checking = null;
+    this.answerLimit = 10_000;  // ms another answer may run within a check
+    this.intended = false;
+    this.editorReady = loadEditor(offset);
   }
 
   build() {
+    this.announcer = new Announcer();
     for (const div of document.querySelectorAll("div.cell[data-cell-id]")) {
       if (div.dataset.live === "static") staticNote(div);
       else this.cells.push(new Cell(div, this));
     }
     this.toolbar();
     this.exercises();
-    // Python starts loading with the page, so that it is ready when the reader first runs a
-    // cell, unless the reader's browser asks to save data; then the first Run loads it.
-    if (!navigator.connection?.saveData) this.warm();
+  }
+
+  // Python loads at the reader's first sign of intent (focus in a cell, Run, Check, Run
+  // all), not with the page: a reader who only reads downloads none of its 14 MB.
+  intent() {
+    if (this.intended) return;
+    this.intended = true;
+    this.warm();
+  }
+
+  announce(text) {
+    this.announcer.say(text);
   }
 
   warm(why = "Python is loading (about 14 MB, once; the browser keeps it)") {
     this.say(why + "…");
     const generation = this.generation;
     this.python.call({ action: "load" }).then(() => {
-      if (generation === this.generation && !this.cells.some((cell) => cell.running)) {
-        this.say("Python is ready: run any cell, or Run all.");
-      }
+      if (generation === this.generation) this.idle();
     }, () => undefined);
+  }
+
+  // The toolbar says "ready" only when nothing runs.
+  idle(text = "Python is ready: run any cell, or Run all.") {
+    if (!this.busy && !this.checking) this.say(text);
   }
 
   toolbar() {
@@ -348,9 +656,13 @@ class LiveBook {
     const stop = button("Stop");
     const reset = button("Reset");
     this.state = element("span", "live-state",
-      "The cells run in this page; Python loads at the first Run (about 14 MB, once).");
-    this.state.setAttribute("aria-live", "polite");
-    runAll.addEventListener("click", () => this.runAll());
+      "The cells run in this page: Python loads when you first edit or run one " +
+      "(about 14 MB, once).");
+    this.state.setAttribute("data-live-state", "");
+    runAll.addEventListener("click", () => {
+      this.intent();
+      this.runAll();
+    });
     stop.addEventListener("click", () => this.stop());
     reset.addEventListener("click", () => this.reset());
     bar.append(runAll, stop, reset, this.state);
@@ -375,57 +687,150 @@ class LiveBook {
   // Runs one job after another; a stop drops every job queued before it.
   enqueue(job) {
     const generation = this.generation;
-    const run = () => (generation === this.generation ? job() : undefined);
+    const run = async () => {
+      if (generation !== this.generation) return;
+      this.busy += 1;
+      try {
+        await job();
+      } finally {
+        this.busy -= 1;
+      }
+    };
     this.queue = this.queue.then(run, run).catch(() => undefined);
     return this.queue;
   }
 
-  runTo(cell) {
+  // Checks queue apart from the chapter's cells, in their own worker.
+  enqueueCheck(id, feedback, job) {
+    const generation = this.generation;
+    const entry = { feedback };  // this request's own, so a stale run deletes only itself
+    this.queuedChecks.set(id, entry);
+    const run = async () => {
+      if (this.queuedChecks.get(id) === entry) this.queuedChecks.delete(id);
+      if (generation !== this.generation) return;
+      this.checking = id;
+      this.say(`checking ${id}…`);
+      try {
+        await job();
+      } finally {
+        this.checking = null;
+        this.idle("ready");
+      }
+    };
+    this.checks = this.checks.then(run, run).catch(() => undefined);
+    return this.checks;
+  }
+
+  wait(cell) {
     cell.output.removeAttribute("data-status");
     cell.status.textContent = "waiting…";
+    this.waiting.add(cell);
+  }
+
+  started(cell) {
+    this.waiting.delete(cell);
+  }
+
+  // Runs the cells above that have not run, then the cell. A cell above that was stopped is
+  // not started again, and one that raises ends the run: the cell says so and offers to run
+  // from the top.
+  runTo(cell) {
+    this.intent();
+    this.wait(cell);
     return this.enqueue(async () => {
-      const index = this.cells.indexOf(cell);
-      for (const above of this.cells.slice(0, index)) {
-        if (!above.ran) {
-          this.say(`running cell ${above.id} first…`);
-          await above.execute();
+      this.started(cell);
+      for (const above of this.cells.slice(0, this.cells.indexOf(cell))) {
+        if (above.ran) continue;
+        if (above.state === "stopped") return this.blocked(cell, above, "was stopped");
+        this.say(`running cell ${above.id} first…`);
+        if (await above.execute() !== "done") {
+          return this.blocked(cell, above, above.state === "error" ? "raised an error"
+            : "was stopped");
         }
       }
       this.say(`running cell ${cell.id}…`);
       await cell.execute();
-      this.say("ready");
+      this.idle("ready");
     });
   }
 
-  // Like Jupyter's "Restart and run all": a fresh interpreter, then every cell in order.
-  runAll() {
-    if (this.cells.some((cell) => cell.ran)) this.restart();
+  blocked(cell, above, what) {
+    cell.status.replaceChildren(`not run: cell ${above.id} above ${what}. `);
+    const again = button("Run from the top", `Run from the top to cell ${cell.id}`);
+    again.addEventListener("click", () => this.runAll(cell));
+    cell.status.append(again);
+    this.say(`cell ${above.id} ${what}`);
+    this.announce(`Cell ${cell.id} not run: cell ${above.id} above ${what}`);
+  }
+
+  // Like Jupyter's "Restart and run all": a fresh interpreter, then every cell in order, to
+  // `last` if given, ending at the first cell that raises. A second click while it runs is
+  // ignored.
+  runAll(last = null) {
+    if (this.runningAll) return this.queue;
+    const token = {};
+    if (this.cells.some((cell) => cell.ran || cell.state)) this.restart();
+    this.runningAll = token;
+    const cells = last ? this.cells.slice(0, this.cells.indexOf(last) + 1) : this.cells;
+    for (const cell of cells) this.wait(cell);
     return this.enqueue(async () => {
-      for (const cell of this.cells) {
+      for (const [index, cell] of cells.entries()) {
+        this.started(cell);
         this.say(`running cell ${cell.id}…`);
-        await cell.execute();
+        const state = await cell.execute();
+        if (state !== "done") {
+          const why = state === "error" ? "raised an error" : "was stopped";
+          for (const after of cells.slice(index + 1)) {
+            this.started(after);
+            after.status.textContent = `not run: cell ${cell.id} ${why}`;
+          }
+          this.say(`stopped at cell ${cell.id}, which ${why}`);
+          return;
+        }
       }
-      this.say("ran every cell");
+      this.say(last ? `ran every cell to ${last.id}` : "ran every cell");
+    }).finally(() => {
+      if (this.runningAll === token) this.runningAll = null;
     });
   }
 
   restart() {
     this.generation += 1;
     this.queue = Promise.resolve();
+    this.runningAll = null;
     this.python.restart();
     for (const cell of this.cells) cell.ran = false;
+    for (const cell of this.waiting) cell.status.textContent = "not run: stopped";
+    this.waiting.clear();
   }
 
-  // Both start a fresh Python at once; a run after them reruns the cells above it first.
-  stop() {
+  // Stops the running check; the next one queued runs in a fresh worker.
+  stopChecks() {
+    this.checker.restart();
+  }
+
+  // A cell's Stop: the chapter's Python only, so a check in progress goes on.
+  stopCells() {
     this.restart();
-    this.warm("Stopped. A fresh Python is starting");
+    if (this.intended) this.warm("Stopped. A fresh Python is starting");
+  }
+
+  // The toolbar's Stop: the chapter's Python and the checks, queued ones too. A fresh
+  // Python starts at once; a run after it reruns the cells above first.
+  stop() {
+    for (const { feedback } of this.queuedChecks.values()) {
+      feedback.textContent = "not checked: stopped";
+    }
+    this.queuedChecks.clear();
+    this.stopCells();  // a new generation: the queued checks do not start
+    this.stopChecks();
   }
 
   reset() {
     this.restart();
     for (const cell of this.cells) cell.reset();
-    this.warm("Reset to the book's code. A fresh Python is starting");
+    if (this.intended) this.warm("Reset to the book's code. A fresh Python is starting");
+    else this.say("Reset to the book's code.");
   }
 }
 

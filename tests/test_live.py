@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import http.server
 import json
+import shutil
 import threading
 import zipfile
 from collections.abc import Iterator
@@ -98,6 +99,7 @@ def test_the_wheel_holds_the_package_and_is_the_same_bytes_each_time(tmp_path: P
 def test_pyodide_is_copied_only_when_each_file_has_its_pinned_hash(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     package = tmp_path / "node_modules" / "pyodide"
+    shutil.copy(ROOT / "live" / "package-lock.json", tmp_path)
     monkeypatch.setattr(live_book, "LIVE", tmp_path)
     monkeypatch.setattr(live_book.shutil, "which", lambda name: None)
     assert live_book.copy_core(tmp_path / "out") is False  # not installed: the book stays static
@@ -106,6 +108,23 @@ def test_pyodide_is_copied_only_when_each_file_has_its_pinned_hash(
         (package / name).write_bytes(b"not pyodide")
     with pytest.raises(SystemExit, match="is not the pinned Pyodide"):
         live_book.copy_core(tmp_path / "out")
+
+
+def test_node_modules_is_stale_when_a_pinned_package_is_missing_or_another_version(
+        tmp_path: Path) -> None:
+    lock = {"packages": {"": {"name": "x"},
+                         "node_modules/a": {"version": "1.0.0"},
+                         "node_modules/@s/b": {"version": "2.0.0"},
+                         "node_modules/@s/other-platform": {"version": "2.0.0",
+                                                            "optional": True}}}
+    (tmp_path / "package-lock.json").write_text(json.dumps(lock), encoding="utf-8")
+    for where, version in (("a", "1.0.0"), ("@s/b", "1.9.9")):
+        (tmp_path / "node_modules" / where).mkdir(parents=True)
+        (tmp_path / "node_modules" / where / "package.json").write_text(
+            json.dumps({"version": version}), encoding="utf-8")
+    assert live_book.stale_packages(tmp_path) == ["@s/b@2.0.0"]
+    shutil.rmtree(tmp_path / "node_modules" / "a")
+    assert live_book.stale_packages(tmp_path) == ["a@1.0.0", "@s/b@2.0.0"]
 
 
 def test_the_exercise_steps_pair_each_answer_with_its_check() -> None:
@@ -200,10 +219,23 @@ def live_cell(page: Any, cell_id: str) -> Any:
     return page.locator(f'div[data-cell-id="{cell_id}"]')
 
 
-def run_edited(page: Any, cell_id: str, code: str) -> Any:
+def edit(page: Any, box: Any, code: str) -> None:
+    """As a reader edits: click the code, select it all, type the new code over it (Enter
+    is a key press, so the editor indents the next line itself)."""
+    box.locator("pre.sourceCode").click()
+    box.get_by_role("textbox").wait_for()
+    page.keyboard.press("ControlOrMeta+A")
+    page.keyboard.type(code)
+
+
+def run_edited(page: Any, cell_id: str, code: str, key: str | None = None) -> Any:
+    """Edit a cell, then run it with the Run button or, given `key`, from the keyboard."""
     box = live_cell(page, cell_id)
-    box.locator("textarea").fill(code)
-    box.get_by_role("button", name="Run").click()
+    edit(page, box, code)
+    if key:
+        page.keyboard.press(key)
+    else:
+        box.get_by_role("button", name="Run").click()
     output = box.locator("[data-live-output]")
     output.and_(page.locator("[data-status]")).wait_for(timeout=RUN_ALL_TIMEOUT)
     return output
@@ -256,25 +288,107 @@ def test_run_all_prints_every_stored_output_again(pages: dict[str, Any], context
 
 def test_an_edit_runs_and_an_error_leaves_python_working(pages: dict[str, Any]) -> None:
     page = pages["chapters/01_anatomy.html"]
-    output = run_edited(page, "s01-10", 'print("edited", 6 * 7, len(tools))')
+    output = run_edited(page, "s01-10", 'print("edited", 6 * 7, len(tools))', "Shift+Enter")
     assert (output.get_attribute("data-status"), output.inner_text().strip()) == (
         "ok", "edited 42 3")
-    output = run_edited(page, "s01-12", "1/0")
+    output = run_edited(page, "s01-12", "1/0", "Control+Enter")
     assert output.get_attribute("data-status") == "error"
     assert "ZeroDivisionError: division by zero" in output.inner_text()
     output = run_edited(page, "s01-12", "print('still here')")
     assert (output.get_attribute("data-status"), output.inner_text().strip()) == (
         "ok", "still here")
+    # The copy button copies the code as edited.
+    assert live_cell(page, "s01-12").locator("pre.sourceCode > code").text_content() == (
+        "print('still here')")
     page.get_by_role("button", name="Reset").click()
-    assert live_cell(page, "s01-12").locator("textarea").input_value().startswith("sneaky")
-    assert live_cell(page, "s01-12").locator("[data-live-output]").is_hidden()
+    box = live_cell(page, "s01-12")
+    assert box.locator(".cm-editor").count() == 0  # the book's block again
+    assert box.locator("pre.sourceCode > code").inner_text().startswith("sneaky")
+    assert box.locator("pre.sourceCode > code span.op").count() > 0
+    assert box.locator("[data-live-output]").is_hidden()
+
+
+# Each visible character of a block of code, with the color and weight it is drawn in.
+INK = """root => {
+    const drawn = [], walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+        const style = getComputedStyle(node.parentElement);
+        for (const character of node.textContent)
+            if (character.trim()) drawn.push([character, style.color, style.fontWeight]);
+    }
+    return drawn;
+}"""
+SAME_INK = 0.97  # pandoc and lezer split a few tokens differently (`->`, `self`, dunders)
+
+
+def test_every_live_cell_is_highlighted_before_and_while_it_is_edited(
+        pages: dict[str, Any]) -> None:
+    page = pages["chapters/02_durable.html"]
+    live = "div[data-cell-id]:not([data-live='static'])"
+    before = [code.evaluate(INK) for code in page.locator(f"{live} pre.sourceCode > code").all()]
+    page.evaluate("() => Promise.all(window.agentbookLive.cells.map(cell => cell.edit()))")
+    during = [editor.evaluate(INK) for editor in page.locator(f"{live} .cm-content").all()]
+    assert len(before) == len(during) == page.locator(live).count() > 40
+    same = total = 0
+    for shown, edited in zip(before, during, strict=True):
+        # A cell in color in the book is in color in the editor, which draws only the lines
+        # near the screen.
+        inks = len({tuple(ink[1:]) for ink in shown}), len({tuple(ink[1:]) for ink in edited})
+        assert (inks[0] > 1) == (inks[1] > 1), inks
+        assert "".join(ink[0] for ink in shown).startswith("".join(ink[0] for ink in edited))
+        same += sum(a == b for a, b in zip(shown, edited, strict=False))
+        total += len(edited)
+    assert same / total >= SAME_INK, f"{same} of {total} characters drawn alike"
+    page.get_by_role("button", name="Reset").click()
+
+
+def test_the_keyboard_indents_runs_and_leaves_the_editor(pages: dict[str, Any]) -> None:
+    page = pages["chapters/a2_run_explorer.html"]
+    box = page.locator("div[data-cell-id]:not([data-live='static'])").first
+    code = box.locator("pre.sourceCode")
+    code.focus()  # reached with Tab: Enter starts editing, as a cell does in Jupyter
+    page.keyboard.press("Enter")
+    editor = box.get_by_role("textbox")
+    editor.wait_for()
+    assert editor.evaluate("e => e.contains(document.activeElement)")
+    page.keyboard.press("ControlOrMeta+Home")
+    page.keyboard.press("Tab")  # Tab indents inside the editor
+    assert editor.inner_text().startswith("    ")
+    page.keyboard.press("Escape")
+    page.keyboard.press("Tab")  # Escape, then Tab, leaves it: no keyboard trap
+    assert not editor.evaluate("e => e.contains(document.activeElement)")
+    page.get_by_role("button", name="Reset").click()
+
+
+def test_python_loads_at_the_first_sign_of_intent_and_a_textarea_stands_in(
+        context: Any, served: str) -> None:
+    page = context.new_page()
+    page.route("**/live/editor.js", lambda route: route.abort())  # the bundle cannot load
+    requested: list[str] = []
+    page.on("request", lambda request: requested.append(request.url))
+    page.goto(served + "chapters/a2_run_explorer.html")
+    page.wait_for_selector(".live-toolbar")
+    page.wait_for_load_state("networkidle")
+    assert not [url for url in requested if "/live/worker.js" in url or "pyodide" in url]
+    box = page.locator("div[data-cell-id]:not([data-live='static'])").first
+    shown = box.locator("pre.sourceCode > code").inner_text()
+    with page.expect_request("**/live/worker.js"):  # a click on the code starts Python
+        box.locator("pre.sourceCode").click()
+    area = box.locator("textarea")
+    assert area.input_value() == shown and area.evaluate("a => a === document.activeElement")
+    page.keyboard.press("ControlOrMeta+Home")
+    page.keyboard.press("Tab")
+    assert area.input_value() == "    " + shown  # Tab indents here too
+    page.close()
 
 
 def test_a_stopped_endless_loop_leaves_the_page_working(pages: dict[str, Any]) -> None:
     page = pages["chapters/a2_run_explorer.html"]
     box = live_cell(page, "explorer-demo-same")
-    box.locator("textarea").fill("while True:\n    pass")
+    edit(page, box, "while True:\npass")  # the editor indents `pass` itself
     box.get_by_role("button", name="Run").click()
+    # The cells above run first; once this one runs, its loop never ends.
+    box.get_by_role("button", name="Stop this cell").wait_for(timeout=RUN_ALL_TIMEOUT)
     page.wait_for_timeout(300)
     page.get_by_role("toolbar").get_by_role("button", name="Stop").click()
     assert "Stopped" in box.locator("[data-live-output]").inner_text()
@@ -298,11 +412,13 @@ def test_an_exercise_starter_fails_and_the_model_answer_passes(pages: dict[str, 
     feedback.and_(page.locator("[data-status]")).wait_for(timeout=RUN_ALL_TIMEOUT)
     assert feedback.get_attribute("data-status") == "fail"
     assert "anatomy_q1b results:" in feedback.inner_text()
-    block.locator("textarea").fill(model_answer("q1b-code"))
+    block.get_by_role("textbox").click()
+    page.keyboard.press("ControlOrMeta+A")
+    page.keyboard.insert_text(model_answer("q1b-code"))  # pasted: its indents kept as they are
     block.get_by_role("button", name="Check").click()
     page.wait_for_function("f => f.dataset.status === 'pass'",
                            arg=feedback.element_handle(), timeout=RUN_ALL_TIMEOUT)
     assert "anatomy_q1b results: All test cases passed!" in feedback.inner_text()
     page.reload()
-    kept = page.locator('[data-exercise="q1b-code"] textarea')
-    assert kept.input_value() == model_answer("q1b-code")  # kept across the reload
+    kept = page.locator('[data-exercise="q1b-code"]').get_by_role("textbox")
+    assert kept.inner_text() == model_answer("q1b-code")  # kept across the reload

@@ -6,10 +6,11 @@ Offline: Quarto adds require.js and jQuery from a CDN, and an inline `define('jq
 to every page whose notebook has an HTML or JavaScript output, in case it is a widget; no
 option turns that off and the book's outputs need neither, so this removes exactly those tags.
 Live: into BOOK_DIR/live/ it puts Pyodide's core (checked against live/pyodide-core.json; `npm
-ci` in live/ installs it), a wheel of agentbook, the runtime (live/*.js, live/runner.py) and
-each chapter's exercises as JSON, and marks each code cell of each page with its notebook cell
-id, and a cell the browser cannot run as static, with the reason. Standard library only:
-Quarto runs it with whichever Python is on PATH.
+ci` in live/ installs it), the code editor (live/editor.js bundled with CodeMirror by esbuild,
+both pinned in live/package-lock.json), a wheel of agentbook, the runtime (live/*.js,
+live/runner.py) and each chapter's exercises as JSON, and marks each code cell of each page
+with its notebook cell id, and a cell the browser cannot run as static, with the reason.
+Standard library only: Quarto runs it with whichever Python is on PATH.
 """
 
 from __future__ import annotations
@@ -201,6 +202,31 @@ def exercise_steps(notebook: Path) -> list[dict[str, str]]:
     return steps
 
 
+def test_imports_lacking(source: str) -> str | None:
+    """Why a public test file cannot run in the page: an import, anywhere in it, of what the
+    page's Python lacks (otter's own is stood in for by live/runner.py)."""
+    imports = [node for node in ast.walk(ast.parse(source))
+               if isinstance(node, ast.Import | ast.ImportFrom)
+               and not any(name.split(".")[0] == "otter" for name in (
+                   [alias.name for alias in node.names] if isinstance(node, ast.Import)
+                   else [node.module or ""]))]
+    return lacking_module(ast.Module(body=list(imports), type_ignores=[]))
+
+
+def mark_static_steps(steps: list[dict[str, str]], tests: dict[str, str]) -> None:
+    """Give each set-up cell or question the page cannot run a `static` reason, as
+    `classify` decides for a chapter's cells; a question is also static when its public
+    tests import what the page lacks. The page then says it checks only in Jupyter."""
+    code = [step for step in steps if step["kind"] != "check"]
+    reasons = classify([{"id": step["id"], "source": [step["source"]]} for step in code])
+    tested_by = {step["id"]: step["name"] for step in steps if step["kind"] == "check"}
+    for step, reason in zip(code, reasons, strict=True):
+        if not reason and step["id"] in tested_by:
+            reason = test_imports_lacking(tests[tested_by[step["id"]]])
+        if reason:
+            step["static"] = reason
+
+
 def write_exercises(chapter: Path, target: Path) -> None:
     """The exercises of chapters/01_anatomy.ipynb, if any, from exercises/anatomy-exercises."""
     notebook = ROOT / "exercises" / f"{chapter.stem.split('_', 1)[-1]}-exercises.ipynb"
@@ -209,18 +235,42 @@ def write_exercises(chapter: Path, target: Path) -> None:
     steps = exercise_steps(notebook)
     tests = {step["name"]: (notebook.parent / "tests" / f"{step['name']}.py")
              .read_text(encoding="utf-8") for step in steps if step["kind"] == "check"}
+    mark_static_steps(steps, tests)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps({"notebook": notebook.name, "steps": steps, "tests": tests},
                                  indent=1), encoding="utf-8")
+
+
+def stale_packages(live: Path) -> list[str]:
+    """The packages package-lock.json pins that live/node_modules lacks or holds at another
+    version (a platform's optional build, such as esbuild's for another system, may be
+    absent)."""
+    lock = json.loads((live / "package-lock.json").read_text(encoding="utf-8"))
+    stale = []
+    for where, pinned in lock["packages"].items():
+        if not where or pinned.get("optional"):
+            continue
+        manifest = live / where / "package.json"
+        version = (json.loads(manifest.read_text(encoding="utf-8")).get("version")
+                   if manifest.is_file() else None)
+        if version != pinned["version"]:
+            stale.append(f"{where.removeprefix('node_modules/')}@{pinned['version']}")
+    return stale
+
+
+def install_packages() -> None:
+    """`npm ci` in live/ when node_modules is not what package-lock.json pins, and npm is
+    there to install it; without npm the book renders static."""
+    if stale_packages(LIVE) and shutil.which("npm"):
+        subprocess.run(["npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund"],
+                       cwd=LIVE, check=False)
 
 
 def copy_core(target: Path) -> bool:
     """Copy Pyodide's core files, each checked against its pinned SHA-256; False where
     Pyodide is not installed and npm cannot install it (the book then stays static)."""
     package = LIVE / "node_modules" / "pyodide"
-    if not package.is_dir() and shutil.which("npm"):
-        subprocess.run(["npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund"],
-                       cwd=LIVE, check=False)
+    install_packages()
     if not package.is_dir():
         return False
     target.mkdir(parents=True, exist_ok=True)
@@ -229,6 +279,19 @@ def copy_core(target: Path) -> bool:
         if hashlib.sha256(data).hexdigest() != digest:
             raise SystemExit(f"{package / name} is not the pinned Pyodide {CORE['version']}")
         (target / name).write_bytes(data)
+    return True
+
+
+def bundle_editor(target: Path) -> bool:
+    """live/editor.js and the CodeMirror modules it imports, as one file for the page, made
+    by the pinned esbuild; False where esbuild is missing (the cells then edit in a
+    textarea). The same sources give the same bytes."""
+    esbuild = LIVE / "node_modules" / ".bin" / "esbuild"
+    if not esbuild.is_file():
+        return False
+    subprocess.run([str(esbuild), "editor.js", "--bundle", "--format=esm", "--minify",
+                    "--target=es2020", "--log-level=warning", f"--outfile={target.resolve()}"],
+                   cwd=LIVE, check=True)
     return True
 
 
@@ -268,7 +331,8 @@ def build(book: Path) -> list[str]:
         for name in RUNTIME_FILES:
             shutil.copyfile(LIVE / name, target / name)
         (target / "wheel.json").write_text(json.dumps({"wheel": wheel.name}), encoding="utf-8")
-        done.append(f"live/: Pyodide {CORE['version']} core, {wheel.name}")
+        editor = "CodeMirror editor" if bundle_editor(target / "editor.js") else "no editor"
+        done.append(f"live/: Pyodide {CORE['version']} core, {wheel.name}, {editor}")
     else:
         # Without the runtime the pages say they are the static book (live/live.html).
         print("live_book.py: Pyodide is not in live/node_modules and `npm ci` could not "
