@@ -183,7 +183,7 @@ class Cell {
   async edit(x, y) {
     if (this.editor || !this.pre) return this.editor;
     this.book.intent();
-    const create = await this.book.editorReady;
+    const create = await this.book.editorReady();
     if (this.editor) return this.editor;
     const holder = element("div", "live-editor");
     this.pre.insertBefore(holder, this.code);
@@ -308,9 +308,14 @@ class Exercises {
     block.setAttribute("data-exercise", step.id);
     const prompt = element("div", "live-prompt");
     prompt.innerHTML = promptHtml(step.prompt);
-    // The answer is edited in a box like the book's code blocks.
+    // The answer shows as a code block like the book's; a click, or Enter, edits it.
     const box = element("div", "sourceCode live-answer");
     const pre = element("pre", "sourceCode python");
+    const code = element("code", "sourceCode", this.saved(step));
+    pre.append(code);
+    pre.tabIndex = 0;
+    pre.setAttribute("role", "group");
+    pre.setAttribute("aria-label", `Your answer to ${step.id}: press Enter to edit`);
     box.append(pre);
     const check = button("Check");
     const restore = button("Start over", "Start over: the starter code again");
@@ -321,18 +326,42 @@ class Exercises {
       this.book.intent();
       this.book.enqueue(() => this.check(step, feedback));
     };
-    this.book.editorReady.then((create) => {
-      this.editors.set(step.id, create(pre, {
-        text: localStorage.getItem(this.key(step.id)) ?? step.source,
+    const edit = async (x, y) => {
+      if (this.editors.has(step.id)) return;
+      this.book.intent();
+      const create = await this.book.editorReady();
+      if (this.editors.has(step.id)) return;
+      pre.removeAttribute("tabindex");
+      pre.removeAttribute("role");
+      pre.removeAttribute("aria-label");
+      code.remove();
+      const editor = create(pre, {
+        text: this.saved(step),
         label: "Your answer to " + step.id,
         onRun: checkThis,
         onChange: (text) => localStorage.setItem(this.key(step.id), text),
-      }));
+      });
+      this.editors.set(step.id, editor);
+      if (x === undefined) editor.focus();
+      else editor.focusAt(x, y);
+    };
+    pre.addEventListener("mousedown", (event) => {
+      if (!this.editors.has(step.id)) {
+        event.preventDefault();
+        edit(event.clientX, event.clientY);
+      }
+    });
+    pre.addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && event.target === pre) {
+        event.preventDefault();
+        edit();
+      }
     });
     block.addEventListener("focusin", () => this.book.intent());
     check.addEventListener("click", checkThis);
     restore.addEventListener("click", () => {
       this.editors.get(step.id)?.setText(step.source);
+      code.textContent = step.source;
       localStorage.removeItem(this.key(step.id));
     });
     const bar = element("div", "live-bar");
@@ -341,9 +370,13 @@ class Exercises {
     return block;
   }
 
-  answer(id) {
-    const editor = this.editors.get(id);
-    return editor ? editor.getText() : localStorage.getItem(this.key(id)) ?? "";
+  saved(step) {
+    return localStorage.getItem(this.key(step.id)) ?? step.source;
+  }
+
+  answer(step) {
+    const editor = this.editors.get(step.id);
+    return editor ? editor.getText() : this.saved(step);
   }
 
   // The notebook from the top, with the page's answers, up to this question's check.
@@ -363,7 +396,7 @@ class Exercises {
           return;
         }
         if (other.kind === "check") continue;
-        const code = other.kind === "question" ? this.answer(other.id) : other.source;
+        const code = other.kind === "question" ? this.answer(other) : other.source;
         const reply = await python.call({ action: "exercise", code, cell: other.id });
         if (other.id === step.id) {
           printed = (reply.stdout || "") + (reply.stderr || "") + (reply.error || "");
@@ -385,7 +418,13 @@ class LiveBook {
     this.generation = 0;
     this.cells = [];
     this.intended = false;
-    this.editorReady = loadEditor(offset);
+    this.editorLoading = null;
+  }
+
+  // The editor's bundle (about 350 kB) loads with Python, at the first sign of intent.
+  editorReady() {
+    this.editorLoading ??= loadEditor(this.offset);
+    return this.editorLoading;
   }
 
   build() {
@@ -402,6 +441,7 @@ class LiveBook {
   intent() {
     if (this.intended) return;
     this.intended = true;
+    this.editorReady();
     this.warm();
   }
 
