@@ -109,7 +109,11 @@ export function textareaEditor(parent, { text, label, onRun, onChange }) {
   return {
     dom: area,
     getText: () => area.value,
-    setText: (value) => { area.value = value; fit(); },
+    setText: (value) => {
+      area.value = value;
+      fit();
+      if (onChange) onChange(value);
+    },
     focus: () => area.focus(),
     focusAt: () => area.focus(),
     destroy: () => area.remove(),
