@@ -57,7 +57,10 @@ def _declared_names(name: str) -> frozenset[str]:
     finding a name loads only the module that has it."""
     from ast import literal_eval  # here: only a lookup that needs it pays for it
 
-    source = Path(__file__).with_name(f"{name}.py").read_text(encoding="utf-8")
+    try:
+        source = Path(__file__).with_name(f"{name}.py").read_text(encoding="utf-8")
+    except OSError:  # installed where its source cannot be read (a zip): run it
+        source = ""
     found = DECLARED_ALL.search(source)
     if found is None:  # not in the generated form: ask the module itself
         return frozenset(_module(name).__all__)

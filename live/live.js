@@ -163,7 +163,11 @@ export function textareaEditor(parent, { text, label, onRun, onChange }) {
   return {
     dom: area,
     getText: () => area.value,
-    setText: (value) => { area.value = value; fit(); },
+    setText: (value) => {
+      area.value = value;
+      fit();
+      if (onChange) onChange(value);
+    },
     focus: () => area.focus(),
     focusAt: () => area.focus(),
     destroy: () => area.remove(),
@@ -235,7 +239,7 @@ class Cell {
   async edit(x, y) {
     if (this.editor || !this.pre) return this.editor;
     this.book.intent();
-    const create = await this.book.editorReady;
+    const create = await this.book.editorReady();
     if (this.editor) return this.editor;
     const holder = element("div", "live-editor");
     this.pre.insertBefore(holder, this.code);
@@ -419,9 +423,14 @@ class Exercises {
     block.setAttribute("data-exercise", step.id);
     const prompt = element("div", "live-prompt");
     prompt.innerHTML = promptHtml(step.prompt);
-    // The answer is edited in a box like the book's code blocks.
+    // The answer shows as a code block like the book's; a click, or Enter, edits it.
     const box = element("div", "sourceCode live-answer");
     const pre = element("pre", "sourceCode python");
+    const code = element("code", "sourceCode", this.answers.load(step.id, step.source));
+    pre.append(code);
+    pre.tabIndex = 0;
+    pre.setAttribute("role", "group");
+    pre.setAttribute("aria-label", `Your answer to ${name}: press Enter to edit`);
     box.append(pre);
     const note = element("p", "live-note");
     note.setAttribute("data-note", "");
@@ -430,7 +439,7 @@ class Exercises {
     const bar = element("div", "live-bar");
     const restore = button("Start over", `Start over ${name}: the starter code again`);
     restore.addEventListener("click", () => this.startOver(step));
-    const parts = { note, feedback };
+    const parts = { note, feedback, code };
     if (step.static) {
       const why = element("p", "live-jupyter-only");
       why.append(`Checks only in Jupyter: it ${step.static}. `);
@@ -441,23 +450,56 @@ class Exercises {
       bar.append(parts.check, restore);
     }
     this.blocks.set(step.id, parts);
-    this.book.editorReady.then((create) => {
-      this.editors.set(step.id, create(pre, {
-        text: this.answers.load(step.id, step.source),
-        label: "Your answer to " + name,
-        // Shift+Enter checks the answer, as it runs a cell.
-        onRun: () => (step.static ? undefined : this.clicked(step)),
-        onChange: () => this.edited(step),
-      }));
+    pre.addEventListener("mousedown", (event) => {
+      if (!this.editors.has(step.id)) {
+        event.preventDefault();
+        this.edit(step, pre, event.clientX, event.clientY);
+      }
+    });
+    pre.addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && event.target === pre) {
+        event.preventDefault();
+        this.edit(step, pre);
+      }
     });
     block.addEventListener("focusin", () => this.book.intent());
     block.append(prompt, box, bar, note, feedback);
     return block;
   }
 
+  // The answer becomes an editor when the reader first clicks it or presses Enter on it.
+  async edit(step, pre, x, y) {
+    if (this.editors.has(step.id)) return;
+    this.book.intent();
+    const create = await this.book.editorReady();
+    if (this.editors.has(step.id)) return;
+    const { code } = this.blocks.get(step.id);
+    for (const name of ["tabindex", "role", "aria-label"]) pre.removeAttribute(name);
+    code.remove();
+    const editor = create(pre, {
+      text: code.textContent,
+      label: "Your answer to " + questionName(step),
+      // Shift+Enter checks the answer, as it runs a cell.
+      onRun: () => (step.static ? undefined : this.clicked(step)),
+      onChange: () => this.edited(step),
+    });
+    this.editors.set(step.id, editor);
+    if (x === undefined) editor.focus();
+    else editor.focusAt(x, y);
+  }
+
+  // An answer's text: from its editor once there is one, else from the block showing it.
   answer(id) {
     const editor = this.editors.get(id);
-    return editor ? editor.getText() : this.answers.load(id, "");
+    return editor ? editor.getText() : this.blocks.get(id).code.textContent;
+  }
+
+  // Puts text into an answer, in its editor or in the block showing it, and saves it.
+  setAnswer(step, text) {
+    const editor = this.editors.get(step.id);
+    if (editor) editor.setText(text);
+    else this.blocks.get(step.id).code.textContent = text;
+    this.edited(step);
   }
 
   edited(step) {
@@ -470,31 +512,25 @@ class Exercises {
 
   // "Start over" can be undone: the answer it replaced is kept until the next edit.
   startOver(step) {
-    const editor = this.editors.get(step.id);
-    if (!editor) return;
-    const before = editor.getText();
+    const before = this.answer(step.id);
     const { note } = this.blocks.get(step.id);
-    editor.setText(step.source);
-    this.edited(step);
+    this.setAnswer(step, step.source);
     note.replaceChildren("Started over from the starter code. ");
     const undo = button("Undo", `Undo starting over ${questionName(step)}`);
     undo.addEventListener("click", () => {
-      editor.setText(before);
-      this.edited(step);
+      this.setAnswer(step, before);
       note.replaceChildren("Your answer is back.");
     });
     note.append(undo);
   }
 
   otherTab(id, text) {
-    const editor = this.editors.get(id);
     const found = this.blocks.get(id);
-    if (!editor || text === null || text === editor.getText()) return;
+    if (!found || text === null || text === this.answer(id)) return;
     found.note.replaceChildren("Another tab changed this answer; this tab keeps its own. ");
     const use = button("Use the other tab's", `Use the other tab's answer to ${id}`);
     use.addEventListener("click", () => {
-      editor.setText(text);
-      this.edited({ id });
+      this.setAnswer({ id }, text);
       found.note.replaceChildren();
     });
     found.note.append(use);
@@ -610,7 +646,13 @@ class LiveBook {
     this.checking = null;
     this.answerLimit = 10_000;  // ms another answer may run within a check
     this.intended = false;
-    this.editorReady = loadEditor(offset);
+    this.editorLoading = null;
+  }
+
+  // The editor's bundle (about 350 kB) loads with Python, at the first sign of intent.
+  editorReady() {
+    this.editorLoading ??= loadEditor(this.offset);
+    return this.editorLoading;
   }
 
   build() {
@@ -628,6 +670,7 @@ class LiveBook {
   intent() {
     if (this.intended) return;
     this.intended = true;
+    this.editorReady();
     this.warm();
   }
 

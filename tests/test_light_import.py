@@ -124,3 +124,15 @@ def test_opentelemetry_loads_when_a_trace_is_first_asked_for() -> None:
         "print(json.dumps([before, after, trace_to_run(text).stop]))\n"
     )
     assert fresh(code) == [False, True, "answered"]
+
+
+def test_a_module_whose_source_cannot_be_read_is_asked_for_its_names() -> None:
+    code = (
+        "import json, pathlib, agentbook\n"
+        "def unreadable(*args, **kwargs):\n"
+        "    raise OSError('inside a zip')\n"
+        "pathlib.Path.read_text = unreadable\n"
+        "print(json.dumps([agentbook.explore_run.__module__,\n"
+        "                  'OpenAICompatibleModel' in agentbook._declared_names('real_models')]))\n"
+    )
+    assert fresh(code) == ["agentbook.run_explorer", True]

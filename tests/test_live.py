@@ -412,7 +412,8 @@ def test_an_exercise_starter_fails_and_the_model_answer_passes(pages: dict[str, 
     feedback.and_(page.locator("[data-status]")).wait_for(timeout=RUN_ALL_TIMEOUT)
     assert feedback.get_attribute("data-status") == "fail"
     assert "anatomy_q1b results:" in feedback.inner_text()
-    block.get_by_role("textbox").click()
+    block.locator("pre.sourceCode").click()  # the answer shows as code until clicked
+    block.get_by_role("textbox").wait_for()
     page.keyboard.press("ControlOrMeta+A")
     page.keyboard.insert_text(model_answer("q1b-code"))  # pasted: its indents kept as they are
     block.get_by_role("button", name="Check").click()
@@ -420,5 +421,5 @@ def test_an_exercise_starter_fails_and_the_model_answer_passes(pages: dict[str, 
                            arg=feedback.element_handle(), timeout=RUN_ALL_TIMEOUT)
     assert "anatomy_q1b results: All test cases passed!" in feedback.inner_text()
     page.reload()
-    kept = page.locator('[data-exercise="q1b-code"]').get_by_role("textbox")
+    kept = page.locator('[data-exercise="q1b-code"] pre > code')
     assert kept.inner_text() == model_answer("q1b-code")  # kept across the reload

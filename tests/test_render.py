@@ -11,7 +11,7 @@ With Quarto on PATH, the book is rendered into a temporary folder and checked: n
 every page that _quarto.yml lists, no unresolved cross-reference, every figure file, the
 equations as MathML, and no page or stylesheet that loads a script or stylesheet from the
 network. With Chromium too, every page is measured at 1280 px and at 390 px: nothing wider
-than its column, diagram text of at least 11 px, labels readable against their fills; the
+than its column, diagram text of at least 12 px, labels readable against their fills; the
 EPUB opens with ebooklib and holds every chapter, caption and citation, and the printed PDF
 holds them too with no text in its margins, tagged, with a bookmark for every chapter and
 numbered section. Without Quarto, Chromium or poppler those tests
@@ -231,8 +231,9 @@ def test_every_image_file_is_there(rendered: tuple[Path, str]) -> None:
 def test_equations_are_mathml_and_need_no_network(rendered: tuple[Path, str]) -> None:
     book, _ = rendered
     pages = {page: page.read_text(encoding="utf-8") for page in measure_pages.html_pages(book)}
-    assert not [page.name for page, html in pages.items() if re.search("mathjax|katex", html,
-                                                                        re.IGNORECASE)]
+    # No math library is loaded (a drawn diagram's stylesheet may still name .katex).
+    loads_math = re.compile(r"<(?:script|link)\b[^>]*(?:mathjax|katex)", re.IGNORECASE)
+    assert not [page.name for page, html in pages.items() if loads_math.search(html)]
     equations = [html for html in pages.values() if 'id="eq-' in html]
     assert equations and all(re.search(r'<span id="eq-[^"]+"><math display="block"', html)
                              for html in equations)
@@ -308,6 +309,26 @@ def test_quarto_runs_the_post_render_steps() -> None:
     assert all((ROOT / step).is_file() for step in steps)
 
 
+def test_a_drawn_diagram_is_sized_to_the_column_and_keeps_its_classes() -> None:
+    tag = ('<svg aria-roledescription="flowchart-v2" viewbox="0 0 781.19 396.4" '
+           'class="flowchart" width="672" id="mermaid-figure-3" height="480">')
+    scaled = live_book.scale_diagram(tag)
+    assert scaled == ('<svg class="diagram flowchart" style="max-width: 781px" '
+                      'aria-roledescription="flowchart-v2" viewbox="0 0 781.19 396.4" '
+                      'id="mermaid-figure-3">')
+    assert live_book.scale_diagram(scaled) == scaled  # a second run changes nothing
+
+
+def test_diagrams_are_drawn_at_build_time_and_no_page_loads_mermaid(
+        rendered: tuple[Path, str]) -> None:
+    config = yaml.safe_load((ROOT / "_quarto.yml").read_text(encoding="utf-8"))
+    assert config["format"]["html"]["mermaid-format"] == "svg"
+    book, _ = rendered
+    pages = [page.read_text(encoding="utf-8") for page in measure_pages.html_pages(book)]
+    assert sum(page.count('<svg class="diagram') for page in pages) >= 3
+    assert not [page for page in pages if "mermaid.min.js" in page]
+
+
 def test_no_page_loads_a_script_or_stylesheet_from_the_network(
         rendered: tuple[Path, str]) -> None:
     book, _ = rendered
@@ -342,7 +363,7 @@ def page(tmp_path: Path, body: str) -> Path:
 def test_the_measurement_passes_a_page_that_fits(tmp_path: Path) -> None:
     if measure_pages.find_chromium() is None:
         pytest.skip(CHROMIUM_MISSING)
-    book = page(tmp_path, "<pre>short</pre><svg class='mermaid-js' id='d' viewBox='0 0 200 50'"
+    book = page(tmp_path, "<pre>short</pre><svg class='diagram' id='d' viewBox='0 0 200 50'"
                           " width='200'><text x='5' y='30' font-size='16'>big</text></svg>")
     [report] = measure_pages.measure_book(book)
     assert report.problems() == []
@@ -352,17 +373,38 @@ def test_the_measurement_passes_a_page_that_fits(tmp_path: Path) -> None:
 def test_the_measurement_finds_wide_blocks_small_text_and_low_contrast(tmp_path: Path) -> None:
     if measure_pages.find_chromium() is None:
         pytest.skip(CHROMIUM_MISSING)
-    # A 1000-unit diagram squeezed into 400 px draws 16-unit text at 6.4 px.
-    book = page(tmp_path, f"<pre>{'x' * 200}</pre><svg class='mermaid-js' id='d' "
+    # A 1000-unit diagram squeezed into 400 px draws 16-unit text at 6.4 px, and nothing
+    # opens it full size.
+    book = page(tmp_path, f"<pre>{'x' * 200}</pre><p><code>{'y' * 80}</code></p>"
+                          "<svg class='diagram' id='d' "
                           "viewBox='0 0 1000 100' style='width: 400px'>"
                           "<rect width='1000' height='100' fill='#333'/>"
                           "<text x='10' y='50' font-size='16' fill='#444'>dim</text></svg>")
     [report] = measure_pages.measure_book(book)
     problems = report.problems()
-    assert len(problems) == 3, problems
+    assert len(problems) == 6, problems
     assert "code line of 200 characters" in problems[0]
-    assert 'text of 6.4 px ("dim")' in problems[1]
-    assert '"dim" at 1.' in problems[2]
+    assert "inline code to " in problems[1] and "yyyy" in problems[1]
+    assert "the page is " in problems[2]  # the unwrapped code pushes it wider
+    assert 'text of 6.4 px ("dim")' in problems[3]
+    assert "drawn at 40% and no tap opens it full size" in problems[4]
+    assert '"dim" at 1.' in problems[5]
+
+
+def test_on_a_phone_the_measurement_finds_a_page_wider_than_the_window(
+        tmp_path: Path) -> None:
+    if measure_pages.find_chromium() is None:
+        pytest.skip(CHROMIUM_MISSING)
+    # A diagram that opens full size may shrink on a phone: its text is read opened.
+    book = page(tmp_path, "<svg class='diagram diagram-open' tabindex='0' id='d' "
+                          "viewBox='0 0 1000 100' style='width: 100%'>"
+                          "<text x='10' y='50' font-size='16'>read opened</text></svg>"
+                          f"<p>A sentence with <code>{'z' * 70}</code> in it.</p>")
+    [report] = measure_pages.measure_book(book, width=390)
+    problems = report.problems()
+    assert len(problems) == 2, problems
+    assert "inline code to " in problems[0]
+    assert "the page is " in problems[1] and "wide in a window of 390 px" in problems[1]
 
 
 # --- The book to take away: EPUB and PDF --------------------------------------------------------
@@ -405,7 +447,7 @@ def test_the_epub_holds_every_chapter_figure_and_citation(rendered: tuple[Path, 
     images = [item.get_name() for item in read.get_items_of_type(ITEM_IMAGE)]
     # The chapters' figures stay SVG; each diagram is drawn to a PNG.
     assert len([name for name in images if name.endswith(".svg")]) >= 3, images
-    diagrams = html.count('<pre class="mermaid mermaid-js"')
+    diagrams = html.count('<svg class="diagram')
     assert diagrams and len([name for name in images if name.endswith(".png")]) == diagrams
 
 

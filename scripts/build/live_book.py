@@ -87,6 +87,39 @@ def clean_book(book: Path) -> list[str]:
     return changed
 
 
+# A diagram Quarto drew at build time (mermaid-format: svg), as the <svg> tag it writes.
+DIAGRAM_SVG = re.compile(r'<svg\b(?=[^>]*\bid="mermaid-figure-\d+")[^>]*>')
+VIEWBOX_WIDTH = re.compile(r'\bviewbox="[-\d.]+ [-\d.]+ ([\d.]+) [\d.]+"', re.IGNORECASE)
+
+
+def scale_diagram(tag: str) -> str:
+    """A drawn diagram's <svg> tag, sized to the column instead of Quarto's fixed 672 by 480
+    px: as wide as it was drawn, or as the column if that is narrower (book.scss), with its
+    own proportions. Its text then keeps the size it was drawn at wherever the column holds
+    the whole diagram."""
+    width = VIEWBOX_WIDTH.search(tag)
+    if width is None or 'class="diagram' in tag:
+        return tag
+    classes = re.search(r'\sclass="([^"]*)"', tag)
+    tag = re.sub(r'\s(?:width|height|class)="[^"]*"', "", tag)
+    names = " ".join(["diagram", *(classes.group(1).split() if classes else [])])
+    return tag.replace("<svg", f'<svg class="{names}" style="max-width: '
+                               f'{float(width.group(1)):.0f}px"', 1)
+
+
+def scale_diagrams(book: Path) -> list[str]:
+    """Size every drawn diagram of every page under `book`; say which pages changed."""
+    changed = []
+    for page in sorted(book.rglob("*.html")):
+        text = page.read_text(encoding="utf-8")
+        scaled, count = DIAGRAM_SVG.subn(lambda found: scale_diagram(found.group(0)), text)
+        if scaled != text:
+            page.write_text(scaled, encoding="utf-8")
+            changed.append(f"{page.relative_to(book).as_posix()}: {count} diagrams "
+                           "scaled to the column")
+    return changed
+
+
 def cell_options(source: str) -> dict[str, str]:
     """The `#| key: value` options at the top of a cell."""
     lines = takewhile(lambda line: line.startswith("#|"), source.splitlines())
@@ -325,7 +358,7 @@ def build_wheel(folder: Path) -> Path:
 def build(book: Path) -> list[str]:
     """Everything above, into `book`; says what it did."""
     target = book / "live"
-    done = clean_book(book)
+    done = clean_book(book) + scale_diagrams(book)
     if copy_core(target / "pyodide"):
         wheel = build_wheel(target)
         for name in RUNTIME_FILES:

@@ -22,7 +22,7 @@
   const columnsChars = [];
   const tooWide = [];
   const blocks = Array.from(main.querySelectorAll("pre")).filter(
-    (pre) => !outside(pre) && !pre.classList.contains("mermaid-js") && pre.offsetParent);
+    (pre) => !outside(pre) && pre.offsetParent);
   for (const pre of blocks) {
     const fit = charsThatFit(pre);
     columnsChars.push(fit);
@@ -43,6 +43,21 @@
           box.getBoundingClientRect().right <= column.right + 1) return true;
     return false;
   };
+  // Code in a sentence that runs past the column (it should wrap: book.scss).
+  for (const code of main.querySelectorAll(":not(pre) > code")) {
+    if (outside(code) || !code.offsetParent) continue;
+    // One box per line it takes up: wrapped code fits where each line does.
+    const widest = Math.max(...Array.from(code.getClientRects(), (box) => box.right));
+    if (widest > column.right + 1) {
+      tooWide.push(`inline code to ${Math.round(widest - column.left)} px in a column of ` +
+        `${Math.round(column.width)} px: ${code.textContent.slice(0, 60)}`);
+    }
+  }
+  // Whatever the cause, a page wider than the window scrolls sideways as a whole.
+  const pageWidth = document.documentElement.scrollWidth;
+  if (pageWidth > window.innerWidth + 1) {
+    tooWide.push(`the page is ${pageWidth} px wide in a window of ${window.innerWidth} px`);
+  }
   for (const el of main.querySelectorAll("img, svg, table, math, mjx-container, .figure")) {
     if (outside(el) || el.closest("pre") || el.parentElement.closest("svg")) continue;
     if (inScrollBox(el)) continue;
@@ -92,11 +107,12 @@
 
   const diagrams = [];
   const labels = [];
-  for (const svg of main.querySelectorAll("svg.mermaid-js")) {
+  for (const svg of main.querySelectorAll("svg.diagram")) {
     const box = svg.getBoundingClientRect();
     const viewBox = svg.viewBox.baseVal;
     const report = {
       id: svg.id, scale: viewBox && viewBox.width ? box.width / viewBox.width : 1,
+      opens_full_size: svg.classList.contains("diagram-open") && svg.tabIndex === 0,
       smallest_px: Infinity, smallest_text: "", lowest_contrast: Infinity,
       box: [box.left + window.scrollX, box.top + window.scrollY, box.width, box.height],
     };
