@@ -23,11 +23,15 @@ os.environ["PYTHONHASHSEED"] = "0"
 # a file's tests (and so each notebook's kernel) on one worker. Two refinements keep both
 # cores busy to the end. The slowest files, as `pytest --durations` shows them, are handed out
 # first, longest first. And each test in SPREAD_FILES is a unit of its own: grading one
-# fixture submission takes about two seconds, so fifteen of them, handed out one at a time
+# fixture submission takes about two seconds, so the fixtures, handed out one at a time
 # after the long files, even out what those left uneven.
 
 SPREAD_FILES = ("tests/test_grading.py",)
-SLOWEST_FIRST = ("tests/test_real_models.py", "tests/test_properties.py",
+# First of all, one test that needs the autograder zips, so that one worker builds them (about
+# 7 s of otter assign) while the other starts on the long files; built later, when both
+# workers reach the grading tests, the other worker would wait for them idle.
+SLOWEST_FIRST = ("tests/test_grading.py::test_committed_student_version_is_current",
+                 "tests/test_real_models.py", "tests/test_properties.py",
                  "tests/test_regenerate.py", "chapters/01_anatomy.ipynb", "tests/test_render.py",
                  "chapters/", "tests/test_grading.py")
 
