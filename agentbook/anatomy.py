@@ -1148,15 +1148,16 @@ def check_run(result: RunResult, effects: list[dict[str, Any]],
     spoken = [n for n, m in enumerate(state.messages)
               if m.get("role") == "assistant"]
     allowed = [seen.content for _, seen in pairs
-               if seen.ok and seen.kind == "result"]
+               if seen.ok is True and seen.kind == "result"]
     log = state.prompt_token_log
     return {
         "effects_authorized": _kinds(effects) <= _kinds(allowed),
         "observations_correlated": _answered_once_each(state.messages)
         and len(pairs) == len(answers) == len(state.observations)
-        and all(o.ok == (o.kind == "result") for o in state.observations),
-        "bounded": state.turns == len(spoken) <= limits.max_turns
-        and log == [estimate_tokens(state.messages[:n]) for n in spoken]
+        and all(o.ok is (o.kind == "result") for o in state.observations),
+        "bounded": len(spoken) <= limits.max_turns  # JSON: 2.0 is not 2
+        and _kinds([[state.turns, log]]) == _kinds([[len(spoken), [
+            estimate_tokens(state.messages[:n]) for n in spoken]]])
         and all(size <= limits.max_prompt_tokens for size in log),
         "typed_ending": isinstance(result.stop, Stop)
         and state.stop in (None, result.stop),

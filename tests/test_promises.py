@@ -192,6 +192,30 @@ def test_bounded_counts_the_model_calls_in_the_transcript_not_the_counter():
                                         Limits(max_turns=20)))
 
 
+def test_counts_and_flags_of_another_json_type_are_forgeries_too():
+    """2.0 and True equal 2 and 1 in Python, but a record the loop wrote
+    holds an int and a bool: a float count or an ok of 1 is flagged."""
+    result, effects = gated_run()
+    state = result.state
+    floats = replace(state, turns=float(state.turns),
+                     prompt_token_log=[float(n) for n in state.prompt_token_log])
+    assert fails(check_run(replace(result, state=floats), effects, Limits())) == [
+        "bounded"]
+    paid = state.observations[-1]
+    one = replace(paid, ok=1)  # with its tool message forged to match
+    messages = [_tool_message(one) if m == _tool_message(paid) else m
+                for m in state.messages]
+    forged = replace(state, observations=[*state.observations[:-1], one],
+                     messages=messages)
+    report = check_run(replace(result, state=forged), effects, Limits())
+    assert {"effects_authorized", "observations_correlated"} <= set(fails(report))
+    assert state.messages[-2]["role"] == "tool"
+    reordered = json.dumps(dict(reversed(json.loads(messages[-2]["content"]).items())))
+    assert fails(check_run(replace(result, state=replace(state, messages=[
+        *state.messages[:-2], {**state.messages[-2], "content": reordered},
+        state.messages[-1]])), effects, Limits())) != []
+
+
 def test_a_tool_message_that_disagrees_with_its_observation_is_flagged():
     result, effects = gated_run()
     messages = copy.deepcopy(result.state.messages)
