@@ -35,6 +35,7 @@ from collections import Counter
 import copy
 import uuid
 import inspect
+import threading
 from collections.abc import Callable, Iterator
 import os
 from pathlib import Path
@@ -384,25 +385,28 @@ def keyed_refunds(effects: list[dict[str, Any]],
     The handler takes a keyword ``idempotency_key`` that the model never
     sees (it is not in the schema). A key is applied at most once: a
     repeat returns the first receipt and appends nothing, and a key reused
-    for another refund is a ValueError. ``lookup(key)`` returns the
-    arguments and receipt recorded under a key, or None if none was.
+    for another refund is a ValueError, and two threads sending one key
+    at once pay once. ``lookup(key)`` returns the arguments and receipt
+    recorded under a key, or None if none was.
     """
     applied: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+    one_at_a_time = threading.Lock()  # the check and the payment, as one
 
     def refund_order(order_id: str, amount_cents: int, *,
                      idempotency_key: str | None = None) -> dict[str, Any]:
         asked = {"order_id": order_id, "amount_cents": amount_cents}
-        if idempotency_key is not None and idempotency_key in applied:
-            first, receipt = applied[idempotency_key]
-            if first != asked:
-                raise ValueError(f"idempotency key {idempotency_key} was "
-                                 "used for another refund")
-            return receipt
-        effects.append({"order_id": order_id,
-                        "refunded_cents": amount_cents})
-        if idempotency_key is not None:
-            applied[idempotency_key] = (asked, effects[-1])
-        return effects[-1]
+        with one_at_a_time:
+            if idempotency_key is not None and idempotency_key in applied:
+                first, receipt = applied[idempotency_key]
+                if first != asked:
+                    raise ValueError(f"idempotency key {idempotency_key} "
+                                     "was used for another refund")
+                return receipt
+            effects.append({"order_id": order_id,
+                            "refunded_cents": amount_cents})
+            if idempotency_key is not None:
+                applied[idempotency_key] = (asked, effects[-1])
+            return effects[-1]
 
     def lookup(key: str) -> dict[str, Any] | None:
         if key not in applied:
@@ -914,6 +918,24 @@ def _journaled_state(data: Any) -> RunState:
     return _checked_state({**data, "format": RUN_STATE_FORMAT})
 
 
+_RECORD_FIELDS = {"start": {"format", "run_id"}, "state": {"state"},
+                  "intent": {"key", "call", "name", "arguments"},
+                  "outcome": {"key", "observation"}}
+
+
+def _record_problem(record: dict[str, Any]) -> str | None:
+    """What is wrong with one journal record, or None if nothing is."""
+    kind = record["kind"]
+    fields = _RECORD_FIELDS.get(kind) if isinstance(kind, str) else None
+    if fields is None or not fields <= set(record):
+        return f"a record of kind {kind!r} without its fields"
+    if (kind == "start") != (record["seq"] == 1):
+        return "a run starts in its first record, and only there"
+    if "key" in fields and not isinstance(record["key"], str):
+        return "a record without a key"
+    return None
+
+
 # From chapters/02_durable.ipynb, cell recover-run
 def recover_run(journal: Journal, model: Any, tools: dict[str, ToolSpec],
                 gate: Gate, limits: Limits = Limits(), *, lookup: Lookup,
@@ -930,16 +952,17 @@ def recover_run(journal: Journal, model: Any, tools: dict[str, ToolSpec],
         if (not records or records[0].get("format") != JOURNAL_FORMAT
                 or not isinstance(records[0].get("run_id"), str)):
             raise ValueError(f"journal {journal.path.name} holds no run")
+        for record in records:
+            problem = _record_problem(record)
+            if problem is not None:
+                raise ValueError(f"journal {journal.path.name}, line "
+                                 f"{record['seq']}: {problem}")
         states = [r["state"] for r in records if r["kind"] == "state"]
         if not states:
             raise ValueError(f"journal {journal.path.name} holds no state")
         run = _Durable(records[0]["run_id"], tools, gate, journal, crash,
                        lookup)
         for record in records:
-            if (record["kind"] in ("intent", "outcome")
-                    and not isinstance(record.get("key"), str)):
-                raise ValueError(f"journal {journal.path.name}, line "
-                                 f"{record['seq']}: a record without a key")
             if record["kind"] == "intent":
                 run.intents.add(record["key"])
             elif record["kind"] == "outcome":

@@ -554,3 +554,36 @@ def test_a_journal_edited_by_hand_is_refused_with_a_reason_and_pays_nothing(
         recover_run(Journal(journal.path), ScriptedModel(turns=refund_script()), tools,
                     refund_gate, lookup=lookup)
     assert effects == []
+
+
+@pytest.mark.parametrize(("damage", "problem"), [
+    (lambda r: r[-1].pop("key"), "'intent' without its fields"),
+    (lambda r: r[1].pop("state"), "'state' without its fields"),
+    (lambda r: r.append({"kind": "outcome", "key": r[-1]["key"]}),
+     "'outcome' without its fields"),
+    (lambda r: r.append({"kind": "bogus"}), "'bogus' without its fields"),
+    (lambda r: r.append({"kind": ["state"], "state": {}}), "without its fields"),
+    (lambda r: r.insert(2, dict(r[0], run_id="other")), "starts in its first record"),
+    (lambda r: r[0].update(kind="state", state={}), "starts in its first record"),
+])
+def test_a_record_renumbered_to_fit_is_still_refused_by_line_before_anything_pays(
+        tmp_path: Path, damage: Any, problem: str) -> None:
+    """Records edited into other valid JSON, their sequence renumbered so that
+    reading the file passes: each is refused with a ValueError, not a KeyError."""
+    import json
+
+    tools, effects, lookup = make_keyed_environment()
+    journal = Journal(tmp_path / "forged.jsonl")
+    with pytest.raises(Crash):
+        run_durably(TASK, ScriptedModel(turns=refund_script()), tools, refund_gate, journal,
+                    crash=CrashAt("after_intent"))
+    records = journal.records()
+    assert records[-1]["kind"] == "intent"
+    damage(records)
+    journal.path.write_text("".join(json.dumps({**r, "seq": n}) + "\n"
+                                    for n, r in enumerate(records, start=1)),
+                            encoding="utf-8")
+    with pytest.raises(ValueError, match=problem):
+        recover_run(Journal(journal.path), ScriptedModel(turns=refund_script()), tools,
+                    refund_gate, lookup=lookup)
+    assert effects == []
