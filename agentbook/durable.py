@@ -773,7 +773,8 @@ class _Durable:
         if applied["arguments"] != call.arguments:
             return Observation(call.call_id, False, "error", f"key {key} "
                                "was applied to another refund")
-        return Observation(call.call_id, True, "result", applied["receipt"])
+        return Observation(call.call_id, True, "result",  # a copy, as ever
+                           copy.deepcopy(applied["receipt"]))
 
 
 # From chapters/02_durable.ipynb, cell durable-call

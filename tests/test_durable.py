@@ -326,6 +326,21 @@ def test_a_lost_reply_is_settled_by_its_key(tmp_path: Path) -> None:
     assert result.state.observations[1].content == effects[0]
 
 
+def test_a_receipt_settled_by_key_is_a_copy_the_desk_cannot_edit(tmp_path: Path) -> None:
+    tools, effects, lookup = make_keyed_environment()
+    journal = Journal(tmp_path / "c.jsonl")
+    with pytest.raises(Crash):
+        run_durably(TASK, ScriptedModel(turns=refund_script()), tools, refund_gate, journal,
+                    crash=CrashAt("after_effect"))
+    result = recover_run(Journal(journal.path), ScriptedModel(turns=refund_script()), tools,
+                         refund_gate, lookup=lookup)
+    paid = result.state.observations[1]
+    assert paid.content == effects[0] and paid.content is not effects[0]
+    effects[0]["refunded_cents"] = 1  # an edit to the desk's log...
+    assert paid.content == {"order_id": "A-17", "refunded_cents": 4999}  # ...stays there
+    assert not check_run(result, effects, Limits())["effects_authorized"]
+
+
 def test_without_lookup_the_harness_resends_under_the_same_key(tmp_path: Path) -> None:
     tools, effects, _ = make_keyed_environment()
     lose_first_reply(tools)
