@@ -20,6 +20,7 @@ from agentbook.anatomy import (
     validate_call,
     _checked_state,
     _saved_observation,
+    _strict_json,
     RUN_STATE_FORMAT,
     _fingerprint,
     _record,
@@ -667,9 +668,9 @@ def _parsed(path: Path) -> list[dict[str, Any]]:
     *lines, _torn = path.read_bytes().split(b"\n")
     records = []
     for number, line in enumerate(lines, start=1):
-        try:
-            record = json.loads(line)
-        except ValueError:
+        try:  # no NaN, which append never writes, nor nesting past the stack
+            record = _strict_json(line.decode("utf-8"))
+        except (ValueError, RecursionError):
             record = None
         if (not isinstance(record, dict) or "kind" not in record
                 or type(record.get("seq")) is not int):

@@ -602,3 +602,20 @@ def test_a_record_renumbered_to_fit_is_still_refused_by_line_before_anything_pay
         recover_run(Journal(journal.path), ScriptedModel(turns=refund_script()), tools,
                     refund_gate, lookup=lookup)
     assert effects == []
+
+
+@pytest.mark.parametrize("deep", ["[" * 400 + "]" * 400, "[" * 100_000 + "]" * 100_000])
+def test_a_journaled_state_nested_too_deeply_is_refused_not_a_recursion_error(
+        tmp_path: Path, deep: str) -> None:
+    start = ('{"kind": "start", "format": "agentbook journal, version 2", '
+             '"run_id": "r", "seq": 1}\n')
+    state = ('{"kind": "state", "seq": 2, "state": {"messages": [{"role": "system", '
+             '"content": "s"}, {"role": "user", "content": ' + deep + '}], '
+             '"observations": [], "prompt_token_log": [], "turns": 0}}\n')
+    path = tmp_path / "deep.jsonl"
+    path.write_text(start + state, encoding="utf-8")
+    tools, effects, lookup = make_keyed_environment()
+    with pytest.raises(ValueError, match="nested deeper|not a journal record"):
+        recover_run(Journal(path), ScriptedModel(turns=[answer_message("Hi.")]), tools,
+                    refund_gate, lookup=lookup)
+    assert effects == []

@@ -485,6 +485,21 @@ def test_a_saved_state_nested_too_deeply_is_refused_with_a_value_error():
         state_from_json(text)
 
 
+def test_a_saved_message_nested_past_any_reply_is_refused_before_the_model_is_asked():
+    """Within json's reach (400 levels) but past what the loop lets a reply
+    hold: refused on loading, not a RecursionError when the model is asked."""
+    tools, effects = make_environment()
+    result = run_agent(TASK, ScriptedModel(turns=[answer_message("Hello.")]), tools,
+                       refund_gate)
+    saved = json.loads(state_to_json(result.state))
+    deep = "[" * 400 + "]" * 400
+    saved["messages"][-1]["content"] = "DEEP"
+    with pytest.raises(ValueError, match="nested deeper"):
+        state_from_json(json.dumps(saved).replace('"DEEP"', deep))
+    saved["messages"][-1]["content"] = json.loads("[" * 60 + "]" * 60)  # a reply may
+    assert state_from_json(json.dumps(saved)).messages[-1] == saved["messages"][-1]
+
+
 def test_print_transcript_prints_a_lone_surrogate_escaped(capsys):
     state = RunState([{"role": "user", "content": "caf\udce9"}])
     print_transcript(state)
