@@ -24,7 +24,7 @@ from agentbook.anatomy import (
     RUN_STATE_FORMAT,
     _fingerprint,
     _record,
-    _as_assistant_message,
+    _ask,
     _denials_so_far,
     estimate_tokens,
     SYSTEM_PROMPT,
@@ -297,16 +297,16 @@ def _approval_step(run_id: str, state: RunState, proposals: list[ToolCall],
 
 # From chapters/02_durable.ipynb, cell approval-loop-itself
 def _ask_model(model: Any, state: RunState) -> dict[str, Any]:
-    """The model's next message; a failure carries the run with it.
-
-    Whatever ``model.chat`` raises leaves with ``.state``, the run as it
-    stood, every call answered, so nothing it paid for is paid again.
-    """
-    try:  # the model reads a copy: it cannot rewrite the record
-        return _as_assistant_message(model.chat(copy.deepcopy(state.messages)))
-    except Exception as failure:
-        failure.state = state  # type: ignore[attr-defined]
-        raise
+    """Chapter 1's ``_ask``; calls of a reply holding a value JSON lacks
+    carry the reason as their arguments, so every reading of the message,
+    a recovery's too, finds them invalid."""
+    message, calls = _ask(model, state)
+    if calls != parse_tool_calls(message):  # _ask refused them
+        message["tool_calls"] = [{"id": c.call_id, "type": "function",
+                                  "function": {"name": c.name,
+                                               "arguments": c.problem}}
+                                 for c in calls]
+    return message
 
 
 def _approval_loop(run_id: str, state: RunState, model: Any,

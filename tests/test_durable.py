@@ -619,3 +619,35 @@ def test_a_journaled_state_nested_too_deeply_is_refused_not_a_recursion_error(
         recover_run(Journal(path), ScriptedModel(turns=[answer_message("Hi.")]), tools,
                     refund_gate, lookup=lookup)
     assert effects == []
+
+
+@pytest.mark.parametrize("odd", ["decimal", "deep"])
+def test_a_reply_json_cannot_carry_pays_nothing_in_the_run_or_its_recovery(
+        tmp_path: Path, odd: str) -> None:
+    """Chapter 1 refuses such a reply's calls; the journal keeps that verdict in
+    the message, so a recovery that reads it again refuses them too."""
+    from decimal import Decimal
+
+    from agentbook import ApprovalPolicy, run_with_approvals
+
+    value: Any = Decimal("1")
+    if odd == "deep":
+        value = "bottom"
+        for _ in range(5000):
+            value = [value]
+    reply = {**message(refund("call_1", 100)), "content": value}
+    tools, effects, lookup = make_keyed_environment()
+    paused = run_with_approvals(TASK, ScriptedModel(turns=[reply, answer_message("No.")]),
+                                tools, ApprovalPolicy())
+    assert paused.stop == Stop.ANSWERED and effects == []  # type: ignore[union-attr]
+    journal = Journal(tmp_path / "odd.jsonl")
+    result = run_durably(TASK, ScriptedModel(turns=[reply, answer_message("No.")]), tools,
+                         refund_gate, journal, lookup=lookup)
+    assert result.stop == Stop.ANSWERED and effects == []
+    assert result.state.observations[0].kind == "invalid"
+    lines = journal.path.read_text(encoding="utf-8").splitlines(keepends=True)
+    journal.path.write_text("".join(lines[:3]), encoding="utf-8")  # start, state, reply
+    recovered = recover_run(Journal(journal.path),
+                            ScriptedModel(turns=[reply, answer_message("No.")]), tools,
+                            refund_gate, lookup=lookup)
+    assert recovered.state == result.state and effects == []
