@@ -682,12 +682,12 @@ def _json_copy(value: Any, depth: int = 0) -> tuple[Any, str | None]:
     """``value`` copied in JSON's types; what is not (a Decimal, a tuple,
     a NaN, a key that is not text) becomes a note, and is named second."""
     kind = type(value)
-    if depth > _MAX_DEPTH:
-        return "(not JSON: nested too deeply)", "a value nested too deeply"
     number = (kind is int and value.bit_length() < 14_000  # 4,300 digits
               or kind is float and math.isfinite(value))
     if value is None or kind in (str, bool) or number:
         return value, None
+    if depth > _MAX_DEPTH:  # a container this deep; the note is a leaf
+        return "(not JSON: nested too deeply)", "a value nested too deeply"
     if kind is list or (kind is dict and all(type(k) is str for k in value)):
         items = value.items() if kind is dict else enumerate(value)
         copied = {key: _json_copy(item, depth + 1) for key, item in items}
@@ -827,6 +827,8 @@ def _checked_state(data: Any) -> RunState:
     _require(isinstance(messages, list) and all(
         isinstance(m, dict) and isinstance(m.get("role"), str)
         for m in messages), "every message must be an object with a role")
+    _require(all(_json_copy(m)[1] is None for m in messages),  # as _ask
+             "a message is nested deeper than any reply may be")
     _require(isinstance(data["observations"], list),
              "observations must be a list")
     observations = [_saved_observation(o) for o in data["observations"]]
@@ -1148,15 +1150,16 @@ def check_run(result: RunResult, effects: list[dict[str, Any]],
     spoken = [n for n, m in enumerate(state.messages)
               if m.get("role") == "assistant"]
     allowed = [seen.content for _, seen in pairs
-               if seen.ok and seen.kind == "result"]
+               if seen.ok is True and seen.kind == "result"]
     log = state.prompt_token_log
     return {
         "effects_authorized": _kinds(effects) <= _kinds(allowed),
         "observations_correlated": _answered_once_each(state.messages)
         and len(pairs) == len(answers) == len(state.observations)
-        and all(o.ok == (o.kind == "result") for o in state.observations),
-        "bounded": state.turns == len(spoken) <= limits.max_turns
-        and log == [estimate_tokens(state.messages[:n]) for n in spoken]
+        and all(o.ok is (o.kind == "result") for o in state.observations),
+        "bounded": len(spoken) <= limits.max_turns  # JSON: 2.0 is not 2
+        and _kinds([[state.turns, log]]) == _kinds([[len(spoken), [
+            estimate_tokens(state.messages[:n]) for n in spoken]]])
         and all(size <= limits.max_prompt_tokens for size in log),
         "typed_ending": isinstance(result.stop, Stop)
         and state.stop in (None, result.stop),

@@ -20,10 +20,11 @@ from agentbook.anatomy import (
     validate_call,
     _checked_state,
     _saved_observation,
+    _strict_json,
     RUN_STATE_FORMAT,
     _fingerprint,
     _record,
-    _as_assistant_message,
+    _ask,
     _denials_so_far,
     estimate_tokens,
     SYSTEM_PROMPT,
@@ -35,6 +36,7 @@ from collections import Counter
 import copy
 import uuid
 import inspect
+import threading
 from collections.abc import Callable, Iterator
 import os
 from pathlib import Path
@@ -295,16 +297,16 @@ def _approval_step(run_id: str, state: RunState, proposals: list[ToolCall],
 
 # From chapters/02_durable.ipynb, cell approval-loop-itself
 def _ask_model(model: Any, state: RunState) -> dict[str, Any]:
-    """The model's next message; a failure carries the run with it.
-
-    Whatever ``model.chat`` raises leaves with ``.state``, the run as it
-    stood, every call answered, so nothing it paid for is paid again.
-    """
-    try:  # the model reads a copy: it cannot rewrite the record
-        return _as_assistant_message(model.chat(copy.deepcopy(state.messages)))
-    except Exception as failure:
-        failure.state = state  # type: ignore[attr-defined]
-        raise
+    """Chapter 1's ``_ask``; calls of a reply holding a value JSON lacks
+    carry the reason as their arguments, so every reading of the message,
+    a recovery's too, finds them invalid."""
+    message, calls = _ask(model, state)
+    if calls != parse_tool_calls(message):  # _ask refused them
+        message["tool_calls"] = [{"id": c.call_id, "type": "function",
+                                  "function": {"name": c.name,
+                                               "arguments": c.problem}}
+                                 for c in calls]
+    return message
 
 
 def _approval_loop(run_id: str, state: RunState, model: Any,
@@ -384,25 +386,28 @@ def keyed_refunds(effects: list[dict[str, Any]],
     The handler takes a keyword ``idempotency_key`` that the model never
     sees (it is not in the schema). A key is applied at most once: a
     repeat returns the first receipt and appends nothing, and a key reused
-    for another refund is a ValueError. ``lookup(key)`` returns the
-    arguments and receipt recorded under a key, or None if none was.
+    for another refund is a ValueError, and two threads sending one key
+    at once pay once. ``lookup(key)`` returns the arguments and receipt
+    recorded under a key, or None if none was.
     """
     applied: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+    one_at_a_time = threading.Lock()  # the check and the payment, as one
 
     def refund_order(order_id: str, amount_cents: int, *,
                      idempotency_key: str | None = None) -> dict[str, Any]:
         asked = {"order_id": order_id, "amount_cents": amount_cents}
-        if idempotency_key is not None and idempotency_key in applied:
-            first, receipt = applied[idempotency_key]
-            if first != asked:
-                raise ValueError(f"idempotency key {idempotency_key} was "
-                                 "used for another refund")
-            return receipt
-        effects.append({"order_id": order_id,
-                        "refunded_cents": amount_cents})
-        if idempotency_key is not None:
-            applied[idempotency_key] = (asked, effects[-1])
-        return effects[-1]
+        with one_at_a_time:
+            if idempotency_key is not None and idempotency_key in applied:
+                first, receipt = applied[idempotency_key]
+                if first != asked:
+                    raise ValueError(f"idempotency key {idempotency_key} "
+                                     "was used for another refund")
+                return receipt
+            effects.append({"order_id": order_id,
+                            "refunded_cents": amount_cents})
+            if idempotency_key is not None:
+                applied[idempotency_key] = (asked, effects[-1])
+            return effects[-1]
 
     def lookup(key: str) -> dict[str, Any] | None:
         if key not in applied:
@@ -663,9 +668,9 @@ def _parsed(path: Path) -> list[dict[str, Any]]:
     *lines, _torn = path.read_bytes().split(b"\n")
     records = []
     for number, line in enumerate(lines, start=1):
-        try:
-            record = json.loads(line)
-        except ValueError:
+        try:  # no NaN, which append never writes, nor nesting past the stack
+            record = _strict_json(line.decode("utf-8"))
+        except (ValueError, RecursionError):
             record = None
         if (not isinstance(record, dict) or "kind" not in record
                 or type(record.get("seq")) is not int):
@@ -769,7 +774,8 @@ class _Durable:
         if applied["arguments"] != call.arguments:
             return Observation(call.call_id, False, "error", f"key {key} "
                                "was applied to another refund")
-        return Observation(call.call_id, True, "result", applied["receipt"])
+        return Observation(call.call_id, True, "result",  # a copy, as ever
+                           copy.deepcopy(applied["receipt"]))
 
 
 # From chapters/02_durable.ipynb, cell durable-call
@@ -914,6 +920,24 @@ def _journaled_state(data: Any) -> RunState:
     return _checked_state({**data, "format": RUN_STATE_FORMAT})
 
 
+_RECORD_FIELDS = {"start": {"format", "run_id"}, "state": {"state"},
+                  "intent": {"key", "call", "name", "arguments"},
+                  "outcome": {"key", "observation"}}
+
+
+def _record_problem(record: dict[str, Any]) -> str | None:
+    """What is wrong with one journal record, or None if nothing is."""
+    kind = record["kind"]
+    fields = _RECORD_FIELDS.get(kind) if isinstance(kind, str) else None
+    if fields is None or not fields <= set(record):
+        return f"a record of kind {kind!r} without its fields"
+    if (kind == "start") != (record["seq"] == 1):
+        return "a run starts in its first record, and only there"
+    if "key" in fields and not isinstance(record["key"], str):
+        return "a record without a key"
+    return None
+
+
 # From chapters/02_durable.ipynb, cell recover-run
 def recover_run(journal: Journal, model: Any, tools: dict[str, ToolSpec],
                 gate: Gate, limits: Limits = Limits(), *, lookup: Lookup,
@@ -930,16 +954,17 @@ def recover_run(journal: Journal, model: Any, tools: dict[str, ToolSpec],
         if (not records or records[0].get("format") != JOURNAL_FORMAT
                 or not isinstance(records[0].get("run_id"), str)):
             raise ValueError(f"journal {journal.path.name} holds no run")
+        for record in records:
+            problem = _record_problem(record)
+            if problem is not None:
+                raise ValueError(f"journal {journal.path.name}, line "
+                                 f"{record['seq']}: {problem}")
         states = [r["state"] for r in records if r["kind"] == "state"]
         if not states:
             raise ValueError(f"journal {journal.path.name} holds no state")
         run = _Durable(records[0]["run_id"], tools, gate, journal, crash,
                        lookup)
         for record in records:
-            if (record["kind"] in ("intent", "outcome")
-                    and not isinstance(record.get("key"), str)):
-                raise ValueError(f"journal {journal.path.name}, line "
-                                 f"{record['seq']}: a record without a key")
             if record["kind"] == "intent":
                 run.intents.add(record["key"])
             elif record["kind"] == "outcome":

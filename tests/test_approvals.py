@@ -24,6 +24,7 @@ from agentbook import (
     continue_with_approvals,
     deny,
     make_environment,
+    keyed_refunds,
     make_keyed_environment,
     overreaching_model,
     paused_from_json,
@@ -288,6 +289,39 @@ def test_one_save_loaded_twice_and_approved_twice_pays_once() -> None:
     for result in results:
         assert isinstance(result, RunResult) and result.stop == Stop.ANSWERED
         assert result.state.observations[-1].content == effects[0]
+
+
+def test_one_save_approved_in_two_threads_at_once_pays_once() -> None:
+    """The desk's check and payment are one step: a log slow to append lets
+    the second thread reach the check while the first is still paying."""
+    import threading
+    import time
+    from dataclasses import replace
+
+    class SlowLog(list):  # type: ignore[type-arg]
+        def append(self, item: Any) -> None:
+            time.sleep(0.05)
+            super().append(item)
+
+    effects = SlowLog()
+    paused, _, tools = paused_run(overreaching_model())
+    tools["refund_order"] = replace(tools["refund_order"],
+                                    handler=keyed_refunds(effects)[0])
+    saved, stops = paused.to_json(), []
+
+    def worker() -> None:
+        copy = paused_from_json(saved)
+        stops.append(resume_with_decisions(
+            copy, [approve(copy.requests[0], "maria")], overreaching_model(), tools,
+            ApprovalPolicy()).stop)
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert stops == [Stop.ANSWERED, Stop.ANSWERED]
+    assert effects == [{"order_id": "A-17", "refunded_cents": 9999}]
 
 
 def test_a_call_changed_in_memory_after_loading_is_refused_and_pays_nothing() -> None:

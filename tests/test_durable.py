@@ -326,6 +326,21 @@ def test_a_lost_reply_is_settled_by_its_key(tmp_path: Path) -> None:
     assert result.state.observations[1].content == effects[0]
 
 
+def test_a_receipt_settled_by_key_is_a_copy_the_desk_cannot_edit(tmp_path: Path) -> None:
+    tools, effects, lookup = make_keyed_environment()
+    journal = Journal(tmp_path / "c.jsonl")
+    with pytest.raises(Crash):
+        run_durably(TASK, ScriptedModel(turns=refund_script()), tools, refund_gate, journal,
+                    crash=CrashAt("after_effect"))
+    result = recover_run(Journal(journal.path), ScriptedModel(turns=refund_script()), tools,
+                         refund_gate, lookup=lookup)
+    paid = result.state.observations[1]
+    assert paid.content == effects[0] and paid.content is not effects[0]
+    effects[0]["refunded_cents"] = 1  # an edit to the desk's log...
+    assert paid.content == {"order_id": "A-17", "refunded_cents": 4999}  # ...stays there
+    assert not check_run(result, effects, Limits())["effects_authorized"]
+
+
 def test_without_lookup_the_harness_resends_under_the_same_key(tmp_path: Path) -> None:
     tools, effects, _ = make_keyed_environment()
     lose_first_reply(tools)
@@ -554,3 +569,85 @@ def test_a_journal_edited_by_hand_is_refused_with_a_reason_and_pays_nothing(
         recover_run(Journal(journal.path), ScriptedModel(turns=refund_script()), tools,
                     refund_gate, lookup=lookup)
     assert effects == []
+
+
+@pytest.mark.parametrize(("damage", "problem"), [
+    (lambda r: r[-1].pop("key"), "'intent' without its fields"),
+    (lambda r: r[1].pop("state"), "'state' without its fields"),
+    (lambda r: r.append({"kind": "outcome", "key": r[-1]["key"]}),
+     "'outcome' without its fields"),
+    (lambda r: r.append({"kind": "bogus"}), "'bogus' without its fields"),
+    (lambda r: r.append({"kind": ["state"], "state": {}}), "without its fields"),
+    (lambda r: r.insert(2, dict(r[0], run_id="other")), "starts in its first record"),
+    (lambda r: r[0].update(kind="state", state={}), "starts in its first record"),
+])
+def test_a_record_renumbered_to_fit_is_still_refused_by_line_before_anything_pays(
+        tmp_path: Path, damage: Any, problem: str) -> None:
+    """Records edited into other valid JSON, their sequence renumbered so that
+    reading the file passes: each is refused with a ValueError, not a KeyError."""
+    import json
+
+    tools, effects, lookup = make_keyed_environment()
+    journal = Journal(tmp_path / "forged.jsonl")
+    with pytest.raises(Crash):
+        run_durably(TASK, ScriptedModel(turns=refund_script()), tools, refund_gate, journal,
+                    crash=CrashAt("after_intent"))
+    records = journal.records()
+    assert records[-1]["kind"] == "intent"
+    damage(records)
+    journal.path.write_text("".join(json.dumps({**r, "seq": n}) + "\n"
+                                    for n, r in enumerate(records, start=1)),
+                            encoding="utf-8")
+    with pytest.raises(ValueError, match=problem):
+        recover_run(Journal(journal.path), ScriptedModel(turns=refund_script()), tools,
+                    refund_gate, lookup=lookup)
+    assert effects == []
+
+
+@pytest.mark.parametrize("deep", ["[" * 400 + "]" * 400, "[" * 100_000 + "]" * 100_000])
+def test_a_journaled_state_nested_too_deeply_is_refused_not_a_recursion_error(
+        tmp_path: Path, deep: str) -> None:
+    start = ('{"kind": "start", "format": "agentbook journal, version 2", '
+             '"run_id": "r", "seq": 1}\n')
+    state = ('{"kind": "state", "seq": 2, "state": {"messages": [{"role": "system", '
+             '"content": "s"}, {"role": "user", "content": ' + deep + '}], '
+             '"observations": [], "prompt_token_log": [], "turns": 0}}\n')
+    path = tmp_path / "deep.jsonl"
+    path.write_text(start + state, encoding="utf-8")
+    tools, effects, lookup = make_keyed_environment()
+    with pytest.raises(ValueError, match="nested deeper|not a journal record"):
+        recover_run(Journal(path), ScriptedModel(turns=[answer_message("Hi.")]), tools,
+                    refund_gate, lookup=lookup)
+    assert effects == []
+
+
+@pytest.mark.parametrize("odd", ["decimal", "deep"])
+def test_a_reply_json_cannot_carry_pays_nothing_in_the_run_or_its_recovery(
+        tmp_path: Path, odd: str) -> None:
+    """Chapter 1 refuses such a reply's calls; the journal keeps that verdict in
+    the message, so a recovery that reads it again refuses them too."""
+    from decimal import Decimal
+
+    from agentbook import ApprovalPolicy, run_with_approvals
+
+    value: Any = Decimal("1")
+    if odd == "deep":
+        value = "bottom"
+        for _ in range(5000):
+            value = [value]
+    reply = {**message(refund("call_1", 100)), "content": value}
+    tools, effects, lookup = make_keyed_environment()
+    paused = run_with_approvals(TASK, ScriptedModel(turns=[reply, answer_message("No.")]),
+                                tools, ApprovalPolicy())
+    assert paused.stop == Stop.ANSWERED and effects == []  # type: ignore[union-attr]
+    journal = Journal(tmp_path / "odd.jsonl")
+    result = run_durably(TASK, ScriptedModel(turns=[reply, answer_message("No.")]), tools,
+                         refund_gate, journal, lookup=lookup)
+    assert result.stop == Stop.ANSWERED and effects == []
+    assert result.state.observations[0].kind == "invalid"
+    lines = journal.path.read_text(encoding="utf-8").splitlines(keepends=True)
+    journal.path.write_text("".join(lines[:3]), encoding="utf-8")  # start, state, reply
+    recovered = recover_run(Journal(journal.path),
+                            ScriptedModel(turns=[reply, answer_message("No.")]), tools,
+                            refund_gate, lookup=lookup)
+    assert recovered.state == result.state and effects == []

@@ -192,6 +192,30 @@ def test_bounded_counts_the_model_calls_in_the_transcript_not_the_counter():
                                         Limits(max_turns=20)))
 
 
+def test_counts_and_flags_of_another_json_type_are_forgeries_too():
+    """2.0 and True equal 2 and 1 in Python, but a record the loop wrote
+    holds an int and a bool: a float count or an ok of 1 is flagged."""
+    result, effects = gated_run()
+    state = result.state
+    floats = replace(state, turns=float(state.turns),
+                     prompt_token_log=[float(n) for n in state.prompt_token_log])
+    assert fails(check_run(replace(result, state=floats), effects, Limits())) == [
+        "bounded"]
+    paid = state.observations[-1]
+    one = replace(paid, ok=1)  # with its tool message forged to match
+    messages = [_tool_message(one) if m == _tool_message(paid) else m
+                for m in state.messages]
+    forged = replace(state, observations=[*state.observations[:-1], one],
+                     messages=messages)
+    report = check_run(replace(result, state=forged), effects, Limits())
+    assert {"effects_authorized", "observations_correlated"} <= set(fails(report))
+    assert state.messages[-2]["role"] == "tool"
+    reordered = json.dumps(dict(reversed(json.loads(messages[-2]["content"]).items())))
+    assert fails(check_run(replace(result, state=replace(state, messages=[
+        *state.messages[:-2], {**state.messages[-2], "content": reordered},
+        state.messages[-1]])), effects, Limits())) != []
+
+
 def test_a_tool_message_that_disagrees_with_its_observation_is_flagged():
     result, effects = gated_run()
     messages = copy.deepcopy(result.state.messages)
@@ -459,6 +483,21 @@ def test_a_saved_state_nested_too_deeply_is_refused_with_a_value_error():
     text = json.dumps(saved).replace('"' + "[" * 50_000 + "]" * 50_000 + '"', deep)
     with pytest.raises(ValueError):
         state_from_json(text)
+
+
+def test_a_saved_message_nested_past_any_reply_is_refused_before_the_model_is_asked():
+    """Within json's reach (400 levels) but past what the loop lets a reply
+    hold: refused on loading, not a RecursionError when the model is asked."""
+    tools, effects = make_environment()
+    result = run_agent(TASK, ScriptedModel(turns=[answer_message("Hello.")]), tools,
+                       refund_gate)
+    saved = json.loads(state_to_json(result.state))
+    deep = "[" * 400 + "]" * 400
+    saved["messages"][-1]["content"] = "DEEP"
+    with pytest.raises(ValueError, match="nested deeper"):
+        state_from_json(json.dumps(saved).replace('"DEEP"', deep))
+    saved["messages"][-1]["content"] = json.loads("[" * 60 + "]" * 60)  # a reply may
+    assert state_from_json(json.dumps(saved)).messages[-1] == saved["messages"][-1]
 
 
 def test_print_transcript_prints_a_lone_surrogate_escaped(capsys):
