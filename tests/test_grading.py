@@ -625,8 +625,11 @@ def test_the_autograder_zip_pins_what_the_repository_pins(built: Built) -> None:
             environment = yaml.safe_load(unpacked.read("environment.yml"))
         [pip] = [entry["pip"] for entry in environment["dependencies"] if isinstance(entry, dict)]
         versions = {requirement_name(entry): entry for entry in pip}
-        assert versions["matplotlib"] == pins["matplotlib"], assignment
-        assert versions["otter-grader"].split("==")[1] == pins["otter-grader"].split("==")[1]
+        # matplotlib only where the assignment draws; every package pinned on both sides alike.
+        drawn = "matplotlib" in source_of(assignment).read_text(encoding="utf-8")
+        assert "otter-grader" in versions and ("matplotlib" in versions) == drawn, assignment
+        for name in versions.keys() & pins.keys():
+            assert versions[name].split("==")[1] == pins[name].split("==")[1], (assignment, name)
         assert versions["agentbook"].endswith(f"@{release_commit(REPO_ROOT)}"), assignment
 
 
