@@ -280,6 +280,23 @@ posix_only = pytest.mark.skipif(sys.platform == "win32", reason="the sandbox nee
     ("import os; open(os.path.join(os.path.dirname(os.__file__), 'site-packages', 'x'))",
      "site-packages/x' refused"),
     ("(lambda: 0).__code__ = (lambda: 1).__code__", "object.__setattr__ refused"),
+    # The guard's own references: replacing what it would call changes nothing.
+    ("import os; os.path.realpath = lambda p, **k: os.getcwd()\n"
+     "open('/etc/passwd')", "'/etc/passwd' refused"),
+    ("import os; os.readlink = lambda p, **k: os.getcwd()\n"
+     "os.lstat = lambda p, **k: os.stat(os.getcwd())\nopen('/etc/passwd')",
+     "'/etc/passwd' refused"),
+    ("import os; os.fsdecode = os.sep = os.O_WRONLY = None\n"
+     "open('/etc/passwd')", "'/etc/passwd' refused"),
+    ("import builtins; builtins.isinstance = lambda *a: True\n"
+     "builtins.str = builtins.any = object\nopen('/etc/passwd')", "refused"),
+    # Reaching the hook through a refusal's traceback gets nothing writable.
+    ("try:\n open('/x')\nexcept PermissionError as e:\n tb = e.__traceback__\n"
+     " while tb.tb_next: tb = tb.tb_next\n"
+     " inside = tb.tb_frame.f_locals['inside']\n"
+     "inside.__kwdefaults__ = {}", "object.__setattr__ refused"),
+    ("import os; os.chdir('/')", "os.chdir refused"),
+    ("import os; open('../output', 'a')", "refused"),
 ])
 def test_the_guard_refuses_each_escape(code: str, refusal: str) -> None:
     seen = run_sandboxed(code, SandboxLimits())
