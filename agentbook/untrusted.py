@@ -256,8 +256,13 @@ class Principal:
     customer_id: str
 
     def __post_init__(self) -> None:
-        if not isinstance(self.customer_id, str) or not self.customer_id:
-            raise ValueError("a principal needs a non-empty customer_id")
+        given = self.customer_id
+        if not isinstance(given, str) or not given.strip() or (
+                given != given.strip() or not given.isprintable()):
+            # A padded or invisible id would match no one's orders, or not
+            # the ones its caller meant: refuse it where the caller sees.
+            raise ValueError("a principal needs a non-empty customer_id, "
+                             "printable, with no spaces around it")
 
 
 class ScopeError(ValueError):
