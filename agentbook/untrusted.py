@@ -554,7 +554,8 @@ def quarantine_tools(tools: dict[str, ToolSpec],
 # From chapters/03_untrusted.ipynb, cell sandbox-resolve
 # The path resolver the guard uses. It holds its own references to the
 # operating system's functions, so code that replaces os.path.realpath,
-# os.readlink or a builtin after it starts cannot make it lie.
+# os.readlink or a builtin after it starts cannot make it lie. Opening a
+# folder outside the scratch folder is refused too (see folder below).
 SANDBOX_RESOLVE = r'''
 import posix
 def real(path, *, readlink=posix.readlink, getcwd=posix.getcwd,
@@ -582,6 +583,11 @@ def real(path, *, readlink=posix.readlink, getcwd=posix.getcwd,
         parts[:0] = link.split("/")
         done = "" if link.startswith("/") else done
     return done or "/"
+def folder(path, *, stat=posix.stat, kind=0o170000, Error=OSError):
+    try:  # a folder's descriptor would let a relative path go anywhere
+        return stat(path).st_mode & kind == 0o040000
+    except Error:
+        return False
 '''
 
 
@@ -604,6 +610,7 @@ def guard(scratch, library):
         return kind(path, text) and (real(path) == root or real(
             path).startswith(root + sep))  # a descriptor is never inside
     def hook(event, args, *, inside=inside, scratch=scratch, library=library,
+             folder=folder,
              packages=os.path.join(library, "site-packages"), banned=banned,
              refused=refused, moves=moves, writing=os.O_WRONLY | os.O_RDWR |
              os.O_CREAT | os.O_APPEND | os.O_TRUNC, Error=PermissionError,
@@ -615,7 +622,7 @@ def guard(scratch, library):
             raise Error(f"sandbox: import of {args[0]} refused")
         if event == "open" and not inside(args[0], scratch) and (
                 (args[2] or 0) & writing or not inside(args[0], library)
-                or inside(args[0], packages)):  # flags say every write
+                or inside(args[0], packages) or folder(args[0])):
             raise Error(f"sandbox: open {args[0]!r} refused")
         if event.startswith(moves) and not inside(args[0], scratch) or (
                 event in ("os.listdir", "os.scandir") and not (inside(
@@ -639,7 +646,7 @@ resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
 limit(resource.RLIMIT_AS, memory)
 limit(resource.RLIMIT_FSIZE, output)
 sys.addaudithook(guard(os.path.realpath(sys.argv[1]), sys.argv[2]))
-del guard, limit, real, resource
+del guard, limit, real, folder, resource
 try:
     exec(compile(code, "<sandbox>", "exec"), {"__name__": "__main__"})
 except BaseException as error:  # report it the way a script would end

@@ -311,6 +311,11 @@ posix_only = pytest.mark.skipif(sys.platform == "win32", reason="the sandbox nee
      " inside = tb.tb_frame.f_locals['inside']\n"
      "inside.__kwdefaults__ = {}", "object.__setattr__ refused"),
     ("import os; os.chdir('/')", "os.chdir refused"),
+    # A folder's descriptor outside the scratch folder: with dir_fd, a relative path would
+    # write into the standard library while the guard judged it against the scratch folder.
+    ("import os; fd = os.open(os.path.dirname(os.__file__), os.O_RDONLY)\n"
+     "os.open('probe', os.O_WRONLY | os.O_CREAT, dir_fd=fd)", "refused"),
+    ("import os; os.open('/', os.O_RDONLY)", "open '/' refused"),
     ("import os; open('../output', 'a')", "refused"),
 ])
 def test_the_guard_refuses_each_escape(code: str, refusal: str) -> None:
