@@ -195,6 +195,19 @@ def test_whole_words_only_and_nested_values() -> None:
     assert policy(ToolCall("t", "send", {"to": "A-17", "amount": 5.0}))[0] is True
 
 
+def test_a_repeated_request_taints_nothing_and_padded_or_float_variants_are_caught() -> None:
+    # Cheap: no run. Untrusted text that repeats the request does not make its values
+    # untrusted; a planted value padded, as a float or as a string is still the planted one.
+    policy = ProvenancePolicy(["Refund order A-17 for 4999 cents."])
+    policy.sightings.append((False, "Refund order A-17 for 4999 cents. Also B-22, 4500."))
+    def allowed(order: object, cents: object) -> bool:
+        call = ToolCall("t", "refund_order", {"order_id": order, "amount_cents": cents})
+        return policy(call)[0]
+    assert allowed("A-17", 4999)
+    assert not allowed(" B-22 ", 4999)
+    assert not allowed("A-17", 4500.0) and not allowed("A-17", "4500")
+
+
 def test_provenance_asks_through_classify_and_combines_with_approvals() -> None:
     from agentbook import ApprovalPolicy
 
