@@ -53,6 +53,7 @@ __all__ = [
     "Schema",
     "quarantined_reader",
     "quarantine_tools",
+    "SANDBOX_RESOLVE",
     "SANDBOX_GUARD",
     "SANDBOX_MAIN",
     "SandboxLimits",
@@ -255,8 +256,13 @@ class Principal:
     customer_id: str
 
     def __post_init__(self) -> None:
-        if not isinstance(self.customer_id, str) or not self.customer_id:
-            raise ValueError("a principal needs a non-empty customer_id")
+        given = self.customer_id
+        if not isinstance(given, str) or not given.strip() or (
+                given != given.strip() or not given.isprintable()):
+            # A padded or invisible id would match no one's orders, or not
+            # the ones its caller meant: refuse it where the caller sees.
+            raise ValueError("a principal needs a non-empty customer_id, "
+                             "printable, with no spaces around it")
 
 
 class ScopeError(ValueError):
@@ -545,44 +551,83 @@ def quarantine_tools(tools: dict[str, ToolSpec],
             for name, spec in tools.items()}
 
 
+# From chapters/03_untrusted.ipynb, cell sandbox-resolve
+# The path resolver the guard uses. It holds its own references to the
+# operating system's functions, so code that replaces os.path.realpath,
+# os.readlink or a builtin after it starts cannot make it lie. Opening a
+# folder outside the scratch folder is refused too (see folder below).
+SANDBOX_RESOLVE = r'''
+import posix
+def real(path, *, readlink=posix.readlink, getcwd=posix.getcwd,
+         fspath=posix.fspath, kind=type, text=str, Error=OSError):
+    path = fspath(path)
+    if kind(path) is not text:
+        path = path.decode("utf-8", "surrogateescape")
+    parts = (path if path.startswith("/") else getcwd() + "/" + path)
+    parts, done, hops = parts.split("/"), "", 0
+    while parts:
+        part = parts.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            done = done.rpartition("/")[0]
+            continue
+        try:
+            link = readlink(done + "/" + part)
+        except Error:  # not a link, or not there yet: keep the name
+            done = done + "/" + part
+            continue
+        hops += 1
+        if hops > 40:
+            return "/"  # a loop of links resolves to nothing allowed
+        parts[:0] = link.split("/")
+        done = "" if link.startswith("/") else done
+    return done or "/"
+def folder(path, *, stat=posix.stat, kind=0o170000, Error=OSError):
+    try:  # a folder's descriptor would let a relative path go anywhere
+        return stat(path).st_mode & kind == 0o040000
+    except Error:
+        return False
+'''
+
+
 # From chapters/03_untrusted.ipynb, cell sandbox-hook
-# The child's first code, run by a fresh interpreter before the model's code.
-# Everything it closes over is immutable, so the code cannot widen it.
+# The guard: all the hook uses is bound as keyword defaults when it is made.
 SANDBOX_GUARD = r'''
 import os, sys
 def guard(scratch, library):
     refused = ("socket.", "subprocess.", "os.system", "os.exec", "os.spawn",
                "os.posix_spawn", "os.fork", "os.forkpty", "os.kill",
                "os.killpg", "signal.pthread_kill", "ctypes.", "gc.get_",
-               "os.link", "os.symlink", "mmap.")
+               "os.link", "os.symlink", "mmap.", "os.chdir", "os.chroot")
     banned = frozenset({"ctypes", "_ctypes", "_posixsubprocess", "socket",
                         "_socket", "subprocess", "multiprocessing",
                         "_multiprocessing"})
     moves = ("os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod",
              "os.chown", "os.truncate", "os.utime", "shutil.")
-    packages = os.path.join(library, "site-packages")  # not for reading
-    def inside(path, root):
-        if not isinstance(path, (str, bytes, os.PathLike)):
-            return False  # a file descriptor, or something stranger
-        real = os.path.realpath(os.fsdecode(path))
-        return real == root or real.startswith(root + os.sep)
-    def hook(event, args):
-        if event.startswith(refused) or event == "object.__setattr__" and (
-                args[1] == "__code__"):
-            raise PermissionError(f"sandbox: {event} refused")
+    def inside(path, root, *, real=real, kind=isinstance, text=(str, bytes,
+               os.PathLike), sep=os.sep):
+        return kind(path, text) and (real(path) == root or real(
+            path).startswith(root + sep))  # a descriptor is never inside
+    def hook(event, args, *, inside=inside, scratch=scratch, library=library,
+             folder=folder,
+             packages=os.path.join(library, "site-packages"), banned=banned,
+             refused=refused, moves=moves, writing=os.O_WRONLY | os.O_RDWR |
+             os.O_CREAT | os.O_APPEND | os.O_TRUNC, Error=PermissionError,
+             fixed=("__code__", "__defaults__", "__kwdefaults__")):
+        if event.startswith(refused) or (event == "object.__setattr__"
+                                         and args[1] in fixed):
+            raise Error(f"sandbox: {event} refused")
         if event == "import" and args[0].split(".")[0] in banned:
-            raise PermissionError(f"sandbox: import of {args[0]} refused")
-        if event == "open":
-            path, mode, flags = args
-            writes = flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT) or (
-                isinstance(mode, str) and set(mode) & set("wax+"))
-            if not (inside(path, scratch) or (not writes and inside(
-                    path, library) and not inside(path, packages))):
-                raise PermissionError(f"sandbox: open {path!r} refused")
+            raise Error(f"sandbox: import of {args[0]} refused")
+        if event == "open" and not inside(args[0], scratch) and (
+                (args[2] or 0) & writing or not inside(args[0], library)
+                or inside(args[0], packages) or folder(args[0])):
+            raise Error(f"sandbox: open {args[0]!r} refused")
         if event.startswith(moves) and not inside(args[0], scratch) or (
                 event in ("os.listdir", "os.scandir") and not (inside(
                     args[0], scratch) or inside(args[0], library))):
-            raise PermissionError(f"sandbox: {event} {args[0]!r} refused")
+            raise Error(f"sandbox: {event} {args[0]!r} refused")
     return hook
 '''
 
@@ -601,7 +646,7 @@ resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
 limit(resource.RLIMIT_AS, memory)
 limit(resource.RLIMIT_FSIZE, output)
 sys.addaudithook(guard(os.path.realpath(sys.argv[1]), sys.argv[2]))
-del guard, limit, resource
+del guard, limit, real, folder, resource
 try:
     exec(compile(code, "<sandbox>", "exec"), {"__name__": "__main__"})
 except BaseException as error:  # report it the way a script would end
@@ -642,8 +687,9 @@ def _child_command(scratch: str, limits: SandboxLimits) -> list[str]:
     """The isolated interpreter's command line: no site, no environment."""
     numbers = [str(limits.cpu_seconds), str(limits.memory_bytes),
                str(limits.output_bytes)]
-    return [sys.executable, "-I", "-S", "-u", "-X", "utf8", "-c",
-            SANDBOX_GUARD + SANDBOX_MAIN, scratch, _stdlib_folder(), *numbers]
+    child = SANDBOX_RESOLVE + SANDBOX_GUARD + SANDBOX_MAIN
+    return [sys.executable, "-I", "-S", "-u", "-X", "utf8", "-c", child,
+            scratch, _stdlib_folder(), *numbers]
 
 
 # From chapters/03_untrusted.ipynb, cell sandbox-outcome

@@ -132,9 +132,24 @@ def test_another_customers_order_and_an_unknown_one_are_refused_alike() -> None:
         scoped["refund_order"].handler(order_id="B-22", amount_cents=1)
 
 
-def test_a_principal_must_name_someone() -> None:
+@pytest.mark.parametrize("order", [" B-22", "B-22 ", "b-22", "B22", "B\u201122", "B-22\n",
+                                   "", "A-17 ", "a-17"])
+def test_variants_of_an_order_id_are_refused_as_unknown_and_move_no_money(order: str) -> None:
+    # Cheap (no model, no process): the scope matches ids exactly, so a re-cased, padded or
+    # look-alike id of anyone's order is an unknown one, refused in the same words.
+    tools, effects, owner = make_tenant_desk()
+    scoped = scope_tools(tools, Principal("C-100"), owner=owner)
+    seen = execute_call(ToolCall("t", "refund_order", {"order_id": order, "amount_cents": 1}),
+                        scoped, allow_all)
+    assert seen.kind == "error" and "has no such resource" in str(seen.content)
+    assert "C-200" not in str(seen.content) and effects == []
+
+
+@pytest.mark.parametrize("customer", ["", " ", "C-100 ", " C-100", "C-100\n", "\u200b",
+                                      "C-\x00100"])
+def test_a_principal_must_name_someone(customer: str) -> None:
     with pytest.raises(ValueError, match="customer_id"):
-        Principal("")
+        Principal(customer)
     tools, _, owner = make_tenant_desk()
     with pytest.raises(TypeError):
         scope_tools(tools, "C-100", owner=owner)  # type: ignore[arg-type]
@@ -178,6 +193,19 @@ def test_whole_words_only_and_nested_values() -> None:
     assert policy(nested) == (False, "send uses 'GB29XYZ', which first appeared in untrusted "
                                      "tool output")
     assert policy(ToolCall("t", "send", {"to": "A-17", "amount": 5.0}))[0] is True
+
+
+def test_a_repeated_request_taints_nothing_and_padded_or_float_variants_are_caught() -> None:
+    # Cheap: no run. Untrusted text that repeats the request does not make its values
+    # untrusted; a planted value padded, as a float or as a string is still the planted one.
+    policy = ProvenancePolicy(["Refund order A-17 for 4999 cents."])
+    policy.sightings.append((False, "Refund order A-17 for 4999 cents. Also B-22, 4500."))
+    def allowed(order: object, cents: object) -> bool:
+        call = ToolCall("t", "refund_order", {"order_id": order, "amount_cents": cents})
+        return policy(call)[0]
+    assert allowed("A-17", 4999)
+    assert not allowed(" B-22 ", 4999)
+    assert not allowed("A-17", 4500.0) and not allowed("A-17", "4500")
 
 
 def test_provenance_asks_through_classify_and_combines_with_approvals() -> None:
@@ -280,6 +308,28 @@ posix_only = pytest.mark.skipif(sys.platform == "win32", reason="the sandbox nee
     ("import os; open(os.path.join(os.path.dirname(os.__file__), 'site-packages', 'x'))",
      "site-packages/x' refused"),
     ("(lambda: 0).__code__ = (lambda: 1).__code__", "object.__setattr__ refused"),
+    # The guard's own references: replacing what it would call changes nothing.
+    ("import os; os.path.realpath = lambda p, **k: os.getcwd()\n"
+     "open('/etc/passwd')", "'/etc/passwd' refused"),
+    ("import os; os.readlink = lambda p, **k: os.getcwd()\n"
+     "os.lstat = lambda p, **k: os.stat(os.getcwd())\nopen('/etc/passwd')",
+     "'/etc/passwd' refused"),
+    ("import os; os.fsdecode = os.sep = os.O_WRONLY = None\n"
+     "open('/etc/passwd')", "'/etc/passwd' refused"),
+    ("import builtins; builtins.isinstance = lambda *a: True\n"
+     "builtins.str = builtins.any = object\nopen('/etc/passwd')", "refused"),
+    # Reaching the hook through a refusal's traceback gets nothing writable.
+    ("try:\n open('/x')\nexcept PermissionError as e:\n tb = e.__traceback__\n"
+     " while tb.tb_next: tb = tb.tb_next\n"
+     " inside = tb.tb_frame.f_locals['inside']\n"
+     "inside.__kwdefaults__ = {}", "object.__setattr__ refused"),
+    ("import os; os.chdir('/')", "os.chdir refused"),
+    # A folder's descriptor outside the scratch folder: with dir_fd, a relative path would
+    # write into the standard library while the guard judged it against the scratch folder.
+    ("import os; fd = os.open(os.path.dirname(os.__file__), os.O_RDONLY)\n"
+     "os.open('probe', os.O_WRONLY | os.O_CREAT, dir_fd=fd)", "refused"),
+    ("import os; os.open('/', os.O_RDONLY)", "open '/' refused"),
+    ("import os; open('../output', 'a')", "refused"),
 ])
 def test_the_guard_refuses_each_escape(code: str, refusal: str) -> None:
     seen = run_sandboxed(code, SandboxLimits())
