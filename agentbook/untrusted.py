@@ -68,13 +68,20 @@ Owner = Callable[[str, dict[str, Any]], str | None]
 
 def _owner_of(orders: dict[str, dict[str, Any]],
               documents: dict[str, dict[str, Any]]) -> Owner:
-    """The desk's ``owner``: who owns the order or document a call names."""
+    """The desk's ``owner``: who owns the order or document a call names.
+
+    Reviews are public (``None``). A call the desk cannot place, such as a
+    tool added later with arguments of other names, is owned by nobody
+    (``""``): a scope refuses it until its owner is written, failing closed.
+    """
     def owner(name: str, arguments: dict[str, Any]) -> str | None:
-        table = orders if "order_id" in arguments else documents
-        key = arguments.get("order_id", arguments.get("doc_id"))
-        if key is None:
+        if name == "read_reviews":
             return None  # reviews are public: nobody owns them
-        return str(table.get(key, {}).get("customer_id", ""))
+        for field, table in (("order_id", orders), ("doc_id", documents)):
+            key = arguments.get(field)
+            if isinstance(key, str):
+                return str(table.get(key, {}).get("customer_id", ""))
+        return ""
     return owner
 
 
@@ -121,7 +128,8 @@ def make_tenant_desk() -> tuple[dict[str, ToolSpec], list[dict[str, Any]],
     Reviews are shared by every customer and written by any of them, so
     they carry text that no one at the desk vouches for. ``owner`` names
     the customer a call's order or document belongs to, ``""`` (nobody)
-    for one that does not exist, and ``None`` for a call on nothing owned.
+    for one that does not exist or a call it cannot place, and ``None``
+    for reading reviews, which nobody owns.
     """
     orders = {
         "A-17": {"customer_id": "C-100", "product": "kettle",

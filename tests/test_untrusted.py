@@ -410,3 +410,17 @@ def test_where_no_sandbox_can_run_the_tool_says_why(monkeypatch: pytest.MonkeyPa
         sandboxed_python_tool()
     with pytest.raises(OSError, match="WebAssembly|POSIX"):
         run_sandboxed("print(1)", SandboxLimits())
+
+
+def test_a_tool_the_desk_cannot_place_is_refused_by_the_scope_until_its_owner_is_written(
+        ) -> None:
+    tools, effects, owner = make_tenant_desk()
+    cancelled: list[str] = []
+    tools["cancel_order"] = ToolSpec("Cancel an order.", {"order": str},
+                                     lambda order: cancelled.append(order), effectful=True)
+    scoped = scope_tools(tools, Principal("C-100"), owner=owner)
+    for order in ("B-22", "A-17"):
+        seen = execute_call(ToolCall("c", "cancel_order", {"order": order}), scoped, allow_all)
+        assert seen.kind == "error" and "refused" in seen.content
+    assert cancelled == [] and effects == []
+    assert owner("read_reviews", {"product": "kettle"}) is None
