@@ -6,7 +6,9 @@
 - The cleaning step itself, on a small EPUB made here, so it is checked without Quarto.
 - axe-core, the accessibility engine behind Lighthouse, on every page at 1280 px: no
   critical or serious violation (scripts/checks/accessibility.py; Chromium and `npm ci` in
-  live/ needed, else it skips).
+  live/ needed, else it skips); on Chapter 1 also after a cell has run and an answer has been
+  checked, which adds outputs, feedback and changed buttons.
+- The keyboard alone: an explorer step, and a live cell reached with Tab and run.
 """
 
 from __future__ import annotations
