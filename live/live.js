@@ -575,13 +575,14 @@ class Exercises {
     check.textContent = "Stop";
     check.setAttribute("aria-label", `Stop checking ${name}`);
     let running = step.id;
-    let since = performance.now();
+    let since = null;  // when the running step began; the clock starts at the first step
     let overran = null;
     // Every step gets the limit, the question's own answer and its tests too: a function that
     // never returns when a test calls it costs this question only, as it does in Jupyter and
     // in grading, where a time limit sits inside each test (scripts/course/time_limit.py).
+    // Loading Python is not a step: after a restart it takes seconds on a slow device.
     const watchdog = setInterval(() => {
-      if (performance.now() - since > this.book.answerLimit) {
+      if (since !== null && performance.now() - since > this.book.answerLimit) {
         overran = running;
         this.book.stopChecks();
       }

@@ -123,7 +123,8 @@ def write_notebook(path: Path, cells: list[dict[str, object]]) -> None:
 def chapter_cells() -> list[dict[str, object]]:
     return [
         markdown_cell(CHAPTER_PROSE),
-        code_cell('#| label: fig-bars\n#| fig-cap: "Bars."\nshow()', [SVG_OUTPUT]),
+        code_cell('#| label: fig-bars\n#| fig-cap: "Bars."\n#| fig-alt: "Two bars."\n'
+                  'show()', [SVG_OUTPUT]),
         code_cell('#| label: tbl-costs\n#| tbl-cap: "Costs."\ntable', [TABLE_OUTPUT]),
     ]
 
@@ -207,7 +208,7 @@ def test_every_diagram_uses_the_mermaid_cell_form(book: Path) -> None:
     ]
     assert check_diagrams(REPO_ROOT) == []
 
-def test_every_figure_has_a_label_and_a_caption(book: Path) -> None:
+def test_every_figure_has_a_label_a_caption_and_alt_text(book: Path) -> None:
     cells = chapter_cells()
     cells[0] = markdown_cell(CHAPTER_PROSE.replace('%%| fig-cap: "The loop."\n', ""))
     cells[1] = code_cell("show()", [SVG_OUTPUT])
@@ -218,6 +219,7 @@ def test_every_figure_has_a_label_and_a_caption(book: Path) -> None:
         f"{where[1]}: a figure needs a #| label: fig-... option",
         f"{where[2]}: table tbl-costs needs a tbl-cap",
         f"{where[0]}: figure fig-loop needs a fig-cap",
+        f"{where[1]}: a cell that draws an image needs a #| fig-alt",
     ]
     assert check_figures(REPO_ROOT) == []
 

@@ -275,12 +275,15 @@ PASTE = """async (box, code) => {
     (await cell.edit()).setText(code);
     return;
   }
-  const editors = () => book.exerciseBlock?.editors;
-  while (!editors()?.has(box.dataset.exercise)) {
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-  editors().get(box.dataset.exercise).setText(code);
+  while (!book.exerciseBlock) await new Promise((resolve) => setTimeout(resolve, 50));
+  const exercises = book.exerciseBlock;
+  const step = exercises.data.steps.find((found) => found.id === box.dataset.exercise);
+  await exercises.edit(step, box.querySelector("pre"));  // as a click on the answer does
+  exercises.editors.get(step.id).setText(code);
 }"""
+# What an answer holds, as shown: its editor's text, or the code block's before an editor.
+SHOWN = """(box) => (box.querySelector("[role=textbox]") || box.querySelector("pre code"))
+  .innerText"""
 
 
 def type_code(box: Any, code: str) -> None:
@@ -288,7 +291,8 @@ def type_code(box: Any, code: str) -> None:
 
 
 def code_in(box: Any) -> str:
-    return str(box.get_by_role("textbox").inner_text())
+    box.locator("pre").first.wait_for()
+    return str(box.evaluate(SHOWN))
 
 
 def cell_box(page: Any, cell_id: str) -> Any:
@@ -508,6 +512,30 @@ def test_a_stopped_answer_is_skipped_by_later_checks(chapter: Any) -> None:
                            timeout=TIMEOUT)
     assert skipped in checked(page, later)
     page.evaluate("() => { window.agentbookLive.answerLimit = 10000; }")
+
+
+def test_a_check_whose_own_tests_never_return_is_stopped_and_named(chapter: Any) -> None:
+    # The looping q5a of the graded fixtures: its cell runs, but the function it defines
+    # never returns the second time a test calls it. One second of limit, not ten, keeps
+    # this test cheap; the message gives the limit the page applied.
+    page = chapter
+    block = exercise(page, "q5a-code")
+    looping = model_answers(SUBMISSIONS / "wrong-q5a-never-returns.ipynb")["q5a-code"]
+    type_code(block, looping)
+    page.evaluate("() => { window.agentbookLive.answerLimit = 1000; }")
+    try:
+        block.get_by_role("button", name="Check q5a").click()
+        feedback = checked(page, block)
+    finally:
+        page.evaluate("() => { window.agentbookLive.answerLimit = 10000; }")
+    assert block.locator("[data-feedback]").get_attribute("data-status") == "fail"
+    assert feedback.startswith("q5a: its answer or its tests did not finish within 1 s"), \
+        feedback
+    type_code(block, model_answers(MODEL_ANSWERS["01_anatomy"])["q5a-code"])
+    block.get_by_role("button", name="Check q5a").click()
+    feedback = checked(page, block)  # the click cleared the failed check's status
+    assert block.locator("[data-feedback]").get_attribute("data-status") == "pass", feedback
+    assert "anatomy_q5a results: All test cases passed!" in feedback
 
 
 def test_start_over_can_be_undone_and_another_tab_is_noticed(

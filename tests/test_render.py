@@ -363,8 +363,11 @@ def page(tmp_path: Path, body: str) -> Path:
 def test_the_measurement_passes_a_page_that_fits(tmp_path: Path) -> None:
     if measure_pages.find_chromium() is None:
         pytest.skip(CHROMIUM_MISSING)
+    # Code in a table that scrolls in its own box (book.scss) is read by scrolling the table.
     book = page(tmp_path, "<pre>short</pre><svg class='diagram' id='d' viewBox='0 0 200 50'"
-                          " width='200'><text x='5' y='30' font-size='16'>big</text></svg>")
+                          " width='200'><text x='5' y='30' font-size='16'>big</text></svg>"
+                          "<table style='display: block; overflow-x: auto'><tr><td><code "
+                          f"style='white-space: pre'>{'w' * 80}</code></td></tr></table>")
     [report] = measure_pages.measure_book(book)
     assert report.problems() == []
     assert report.diagrams[0]["smallest_px"] == 16

@@ -6,7 +6,9 @@
 - The cleaning step itself, on a small EPUB made here, so it is checked without Quarto.
 - axe-core, the accessibility engine behind Lighthouse, on every page at 1280 px: no
   critical or serious violation (scripts/checks/accessibility.py; Chromium and `npm ci` in
-  live/ needed, else it skips).
+  live/ needed, else it skips); on Chapter 1 also after a cell has run and an answer has been
+  checked, which adds outputs, feedback and changed buttons.
+- The keyboard alone: an explorer step, and a live cell reached with Tab and run.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 import pytest
 
 from scripts.build import clean_epub
+from tests.test_live import context, served  # noqa: F401 - the book served, one Chromium
 
 EPUBCHECK_JAR = Path("/usr/share/java/epubcheck.jar")  # where Debian's epubcheck puts it
 PAGE = """<?xml version="1.0" encoding="UTF-8"?>
@@ -139,3 +142,26 @@ def test_an_explorer_step_is_reached_and_taken_by_keyboard_alone(
         assert tab.evaluate(panel) == "1"
         tab.keyboard.press("ArrowRight")  # the panel's own keys, from its button
         assert tab.evaluate(panel) == "2"
+
+
+def test_a_live_cell_is_run_by_keyboard_alone_and_axe_still_passes_after(
+        context: Any, served: str) -> None:  # noqa: F811
+    from scripts.checks import accessibility
+
+    tab = context.new_page()
+    tab.goto(f"{served}chapters/01_anatomy.html")
+    tab.wait_for_selector(".live-toolbar")
+    tab_to(tab, "(e.getAttribute('aria-label') || '').startsWith('Run this cell')")
+    cell = tab.evaluate("() => document.activeElement.closest('[data-cell-id]').dataset.cellId")
+    tab.keyboard.press("Enter")
+    output = tab.locator(f'div[data-cell-id="{cell}"] [data-live-output]')
+    output.and_(tab.locator("[data-status]")).wait_for(
+        state="attached", timeout=accessibility.RUN_TIMEOUT)
+    assert output.get_attribute("data-status") == "ok", output.inner_text()
+    assert output.is_visible() and output.inner_text().strip()
+    # The page as it is after a run and a check: outputs, feedback, changed buttons.
+    accessibility.run_a_cell_and_a_check(tab)
+    if accessibility.AXE.is_file():
+        found = accessibility.page_violations(tab)
+        assert not found, "\n".join(accessibility.summary({"01_anatomy.html": found}))
+    tab.close()

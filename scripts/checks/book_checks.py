@@ -308,7 +308,8 @@ def check_diagrams(root: Path) -> list[str]:
 
 
 def check_figures(root: Path) -> list[str]:
-    """Every figure (see block_options) has a `fig-` label and a `fig-cap`; a `tbl-` a `tbl-cap`."""
+    """Every figure (see block_options) has a `fig-` label and a `fig-cap`; a `tbl-` a `tbl-cap`;
+    a cell that draws an image has a `fig-alt`."""
     problems = []
     for where, options, figure in block_options(root):
         label = str(options.get("label") or "")
@@ -318,6 +319,13 @@ def check_figures(root: Path) -> list[str]:
             problems.append(f"{where}: figure {label} needs a fig-cap")
         if label.startswith("tbl-") and not options.get("tbl-cap"):
             problems.append(f"{where}: table {label} needs a tbl-cap")
+    # A plot is an image to a screen reader and in the EPUB: its `fig-alt`, written in the
+    # chapter beside the code that draws it, says what the caption leaves to the eye.
+    for where, cell in book_cells(root, "code"):
+        image = any(key.startswith("image/") for output in cell.get("outputs") or []
+                    for key in (output.get("data") or {}))
+        if image and not cell_options(cell_source(cell).splitlines(), "#|").get("fig-alt"):
+            problems.append(f"{where}: a cell that draws an image needs a #| fig-alt")
     return problems
 
 

@@ -43,9 +43,10 @@
           box.getBoundingClientRect().right <= column.right + 1) return true;
     return false;
   };
-  // Code in a sentence that runs past the column (it should wrap: book.scss).
+  // Code in a sentence that runs past the column (it should wrap: book.scss); in a table
+  // that scrolls in its own box, it runs past with the table, and the reader scrolls that.
   for (const code of main.querySelectorAll(":not(pre) > code")) {
-    if (outside(code) || !code.offsetParent) continue;
+    if (outside(code) || !code.offsetParent || inScrollBox(code)) continue;
     // One box per line it takes up: wrapped code fits where each line does.
     const widest = Math.max(...Array.from(code.getClientRects(), (box) => box.right));
     if (widest > column.right + 1) {
