@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "fixtures" / "live" / "ipython-cases.ipynb"
 SUBMISSIONS = ROOT / "tests" / "fixtures" / "submissions"
 MODEL_ANSWERS = {"01_anatomy": SUBMISSIONS / "correct.ipynb",
-                 "02_durable": SUBMISSIONS / "durable" / "correct.ipynb"}
+                 "02_durable": SUBMISSIONS / "durable" / "correct.ipynb",
+                 "03_untrusted": SUBMISSIONS / "untrusted" / "correct.ipynb"}
 TIMEOUT = 120_000  # ms; Pyodide loads, then the cells run
 
 
@@ -165,7 +166,7 @@ def check_requests(chapter: str, answers: dict[str, str]) -> dict[str, dict[str,
 
 def test_the_questions_the_page_cannot_check_are_marked_with_why() -> None:
     marked = {}
-    for topic in ("anatomy", "durable"):
+    for topic in ("anatomy", "durable", "untrusted"):
         notebook = ROOT / "exercises" / f"{topic}-exercises.ipynb"
         steps = live_book.exercise_steps(notebook)
         tests = {step["name"]: (notebook.parent / "tests" / f"{step['name']}.py")
@@ -175,7 +176,9 @@ def test_the_questions_the_page_cannot_check_are_marked_with_why() -> None:
                        if "static" in step})
     spans = "builds OpenTelemetry spans; the page's Python has no OpenTelemetry"
     assert marked == {"anatomy q6b-code": "draws a figure with matplotlib",
-                      "durable ex6-traces": spans, "durable q6a-code": spans}
+                      "durable ex6-traces": spans, "durable q6a-code": spans,
+                      "untrusted q4a-code": "starts a sandboxed Python process, which a "
+                                            "browser cannot"}
     assert live_book.test_imports_lacking(
         "from otter.test_files import test_case\ndef t():\n    import pandas\n") == \
         "builds a table with pandas"
@@ -460,7 +463,8 @@ def test_every_model_answer_passes_in_the_page_or_is_marked(
         feedback = checked(page, block)
         assert block.locator("[data-feedback]").get_attribute("data-status") == "pass", feedback
         assert "results: All test cases passed!" in feedback
-    assert marked == {"01_anatomy": ["q6b-code"], "02_durable": ["q6a-code"]}[chapter_name]
+    assert marked == {"01_anatomy": ["q6b-code"], "02_durable": ["q6a-code"],
+                      "03_untrusted": ["q4a-code"]}[chapter_name]
     if chapter_name != "01_anatomy":
         page.close()
 
