@@ -436,11 +436,6 @@ def _results(name: str, source: str, env: dict[str, Any]) -> tuple[str, list[Any
     return test, results
 
 
-def check(name: str, source: str, env: dict[str, Any] | None = None) -> str:
-    """The public tests of `name` against the exercise namespace, summed up as otter does."""
-    return _summary(*_results(name, source, EXERCISES.namespace if env is None else env))
-
-
 def _summary(name: str, results: list[tuple[str, bool, str, test_case]]) -> str:
     if all(passed for _, passed, _, _ in results):
         text = f"{name} results: All test cases passed!"
@@ -515,16 +510,3 @@ async def _run_steps(asked: dict[str, Any], found: dict[str, Any], send: Send | 
             found["notes"].append(f"The answer to {step['id']} raised "
                                   f"{last_line(reply['error'])}")
     return world
-
-
-# The exercise namespace of the page's older protocol ("exercise", "reset-exercises").
-EXERCISES = World()
-
-
-def reset_exercises() -> None:
-    global EXERCISES
-    EXERCISES = World()
-
-
-def run_exercise(code: str, cell_id: str) -> Any:
-    return run(code, cell_id, EXERCISES)

@@ -25,17 +25,10 @@ const ready = start();
 // What a request asks the runner for; the reply is JSON text, or a promise of it when a
 // cell awaits at top level.
 function answer(runner, data, send) {
-  const { action, code, cell, name, source, request } = data;
+  const { action, code, cell, request } = data;
   if (action === "load") return "{}";
   if (action === "run") return runner.run(code, cell, undefined, send);
   if (action === "check-question") return runner.check_question(JSON.stringify(request), send);
-  // The older exercise protocol: the page steps through the notebook itself.
-  if (action === "exercise") return runner.run_exercise(code, cell);
-  if (action === "reset-exercises") {
-    runner.reset_exercises();
-    return "{}";
-  }
-  if (action === "check") return JSON.stringify({ summary: runner.check(name, source) });
   throw new Error("unknown action " + action);
 }
 

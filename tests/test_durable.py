@@ -454,27 +454,20 @@ def test_recovery_settles_an_intent_applied_to_other_arguments_as_an_error(
 # -------------------------------------------------- what recovery trusts, and its limits
 
 
-def test_recovery_reports_a_paid_refund_as_paid_under_a_gate_that_now_denies(
-        tmp_path: Path) -> None:
+# A refund the desk applied before the crash is reported as paid under a gate that now denies
+# it; an intent it never applied is judged by the recovery's gate.
+@pytest.mark.parametrize(("crash_point", "kind", "refunds"),
+                         [("after_effect", "result", 1), ("after_intent", "denied", 0)])
+def test_recovery_settles_what_was_paid_and_gates_what_was_not(
+        tmp_path: Path, crash_point: str, kind: str, refunds: int) -> None:
     tools, effects, lookup = make_keyed_environment()
     journal = Journal(tmp_path / "g.jsonl")
     with pytest.raises(Crash):
         run_durably(TASK, ScriptedModel(turns=refund_script()), tools, refund_gate, journal,
-                    crash=CrashAt("after_effect"))
+                    crash=CrashAt(crash_point))
     result = recover_run(journal, ScriptedModel(turns=refund_script()), tools,
                          lambda call: (False, "refunds suspended"), lookup=lookup)
-    assert result.state.observations[1].kind == "result" and len(effects) == 1
-
-
-def test_an_intent_never_applied_is_judged_by_the_gate_of_the_recovery(tmp_path: Path) -> None:
-    tools, effects, lookup = make_keyed_environment()
-    journal = Journal(tmp_path / "g.jsonl")
-    with pytest.raises(Crash):
-        run_durably(TASK, ScriptedModel(turns=refund_script()), tools, refund_gate, journal,
-                    crash=CrashAt("after_intent"))
-    result = recover_run(journal, ScriptedModel(turns=refund_script()), tools,
-                         lambda call: (False, "refunds suspended"), lookup=lookup)
-    assert result.state.observations[1].kind == "denied" and effects == []
+    assert result.state.observations[1].kind == kind and len(effects) == refunds
 
 
 def test_a_desk_that_forgot_its_keys_pays_again(tmp_path: Path) -> None:

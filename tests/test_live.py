@@ -11,11 +11,8 @@ where Quarto, Chromium or playwright is missing.
 
 from __future__ import annotations
 
-import functools
-import http.server
 import json
 import shutil
-import threading
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +21,7 @@ from typing import Any
 import pytest
 
 from scripts.build import live_book
+from scripts.checks.accessibility import serving
 from scripts.checks.measure_pages import CHROMIUM_FLAGS, find_chromium
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -146,19 +144,8 @@ def served(rendered_book: tuple[Path, str]) -> Iterator[str]:
         pytest.skip("no Chromium found (set $CHROMIUM or install Debian's chromium)")
     pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
     book, _ = rendered_book
-    handler = functools.partial(QuietHandler, directory=str(book))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-class QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        pass
+    with serving(book) as origin:
+        yield origin
 
 
 @pytest.fixture(scope="module")
