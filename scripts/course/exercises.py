@@ -72,8 +72,8 @@ def harden(dist: Path) -> None:
     """What ``otter assign`` wrote into ``dist``, made to survive students' bugs on every path:
     every test file, the student's and the autograder's, runs each test within a time limit
     (scripts/course/time_limit.py), and the autograder zip runs scripts/course/run_otter.py,
-    which survives a dying kernel, and shows hidden tests once grades are published unless
-    the assignment config says otherwise."""
+    which survives a dying kernel. Hidden tests' results stay hidden from students, as otter
+    has it, unless the assignment config says ``show_hidden: true`` under ``generate``."""
     for path in [*(dist / "student").glob("tests/*.py"), *(dist / "autograder").glob("tests/*.py")]:
         path.write_text(with_time_limit(path.read_text(encoding="utf-8")), encoding="utf-8")
     runner = (Path(__file__).parent / "run_otter.py").read_text(encoding="utf-8")
@@ -86,10 +86,6 @@ def harden(dist: Path) -> None:
                     data = with_time_limit(data.decode("utf-8")).encode("utf-8")
                 elif info.filename == "run_otter.py":
                     data = runner.encode("utf-8")
-                elif info.filename == "otter_config.json":
-                    config = json.loads(data)
-                    config.setdefault("show_hidden", True)
-                    data = json.dumps(config, indent=2).encode("utf-8")
                 new.writestr(info, data)
 
 
@@ -175,7 +171,16 @@ def build(root: Path, autograder: Path | None = None,
                 target = autograder / source.stem
                 shutil.rmtree(target, ignore_errors=True)
                 shutil.copytree(output / "dist" / "autograder", target)
+                # otter names the zip after the time it was built; a name that stays put
+                # can be written in a course's own notes and commands.
+                [archive] = target.glob("*.zip")
+                archive.rename(autograder_zip(autograder, source.stem))
     return files
+
+
+def autograder_zip(folder: Path, name: str) -> Path:
+    """Where the build keeps assignment ``name``'s autograder zip, under ``folder``."""
+    return folder / name / f"{name}-autograder.zip"
 
 
 def committed_files(root: Path, wanted: dict[str, str]) -> dict[str, str]:
@@ -203,6 +208,10 @@ def main(argv: list[str] | None = None) -> int:
     except ExercisesError as error:
         print(error, file=sys.stderr)
         return 2
+    if args.autograder:
+        print("the autograder zips (the hidden tests are inside: keep them from students):")
+        for source in source_notebooks(root):
+            print(f"  {autograder_zip(args.autograder, source.stem)}")
     return sync(root, wanted, committed_files(root, wanted), args.check,
                 "student exercises", "python -m scripts.course.exercises")
 
