@@ -8,6 +8,10 @@
 student version ``exercises/NAME.ipynb`` (its public tests in ``exercises/tests/`` and packed
 into its ``PUBLIC_TESTS`` line, so ``grader.check`` works anywhere) and the autograder
 version, rebuilt when needed. A solution that fails its own tests stops the build.
+
+With AGENTBOOK_SKIP_SOLUTION_RUN=1 in the environment, otter's own run of the solutions
+against their tests is left out: the test suite sets it where it grades the correct
+submission against the zips it builds, which checks the same and more.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ TESTS_DIR = "exercises/tests"
 # The line of the student notebook's set-up cell that receives the packed public tests.
 BUNDLE_LINE = 'PUBLIC_TESTS = ""'
 BUNDLE_WIDTH = 88  # characters of base64 per line, so the cell stays within the line length
+SKIP_SOLUTION_RUN = "AGENTBOOK_SKIP_SOLUTION_RUN"
 
 
 class ExercisesError(Exception):
@@ -204,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     autograder = args.autograder.resolve() if args.autograder else None
     try:
-        wanted = build(root, autograder)
+        wanted = build(root, autograder, os.environ.get(SKIP_SOLUTION_RUN) != "1")
     except ExercisesError as error:
         print(error, file=sys.stderr)
         return 2

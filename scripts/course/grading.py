@@ -420,8 +420,10 @@ def quiet_kernels() -> Iterator[None]:
     with tempfile.TemporaryDirectory(prefix="agentbook-ipython-") as folder:
         profile = Path(folder, "profile_default")
         profile.mkdir()
-        (profile / "ipython_kernel_config.json").write_text(
-            json.dumps({"IPKernelApp": {"log_level": "ERROR"}}), encoding="utf-8")
+        # No history database either: kernels starting together would all create it at once.
+        settings = {"IPKernelApp": {"log_level": "ERROR"}, "HistoryManager": {"enabled": False}}
+        (profile / "ipython_kernel_config.json").write_text(json.dumps(settings),
+                                                            encoding="utf-8")
         with patch.dict(os.environ, {"IPYTHONDIR": folder}):
             yield
 
