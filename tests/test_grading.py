@@ -491,6 +491,9 @@ def test_a_class_with_a_hang_a_typo_a_corrupt_file_and_a_dead_kernel_is_graded(
         "did not finish within 1 s (test test_q5a_fresh_copies)")
     looping_feedback = (tmp_path / "out/feedback" / f"{LOOPING}.txt").read_text()
     assert "receipt_liar() did not finish within 1 s" in looping_feedback
+    # Its status names the hidden test that was stopped; its feedback never does.
+    assert "test_q5a_fresh_copies" in rows[LOOPING]["status"]
+    assert "test_q5a_fresh_copies" not in looping_feedback and "of 19.00" in looping_feedback
     assert rows["page"]["status"].startswith("unreadable: NotJSONError")
     assert (rows["page"]["autograded"], rows["page"]["total"]) == ("0.00", "")
     # A cell that raised is named, not the symptom a later test saw.

@@ -4,12 +4,18 @@
         write (or check) the graded fixtures in tests/fixtures/submissions/: the
         correct solution, the unanswered student notebook and each plausible
         wrong answer of exercises/source/wrong-answers.yml, made from the annotated source
-    python -m scripts.course.grading class DIR [-o grades.csv] [--autograder ZIP] [--workers N]
-        grade every notebook (or otter export zip) in DIR and write one CSV of
-        per-question scores, plus a web page of every written answer by question
+    python -m scripts.course.grading class DIR --autograder ZIP [-o grading] [--update]
+        grade every notebook (or otter export zip) in DIR into a graded folder: grades.csv,
+        feedback/NAME.txt, the written-answers page to mark from and the marks file to
+        fill in (scripts/course/results.py); --update grades a few files again into it
+    python -m scripts.course.grading written grading [--marks CSV]
+        merge written marks into a graded folder, every row checked, grading nothing again
+    python -m scripts.course.grading answers [-o answers]
+        write the model-answer notebooks, to hand out once the deadline has passed
 
 Grading runs the autograder zip of ``otter assign``: with Docker through ``otter grade``,
 otherwise through ``otter run`` in a pool of worker processes (in this environment).
+instructors.qmd is the instructor's guide to these commands.
 """
 
 from __future__ import annotations
