@@ -403,6 +403,12 @@ def test_an_answer_left_as_handed_out_is_not_answered_not_a_problem() -> None:
     everything = with_unanswered(Graded({}, status, errors), unanswered(blank, assessment),
                                  assessment)
     assert everything.status == "not answered: every question (the notebook as handed out)"
+    # A status cut short at its limit leaves no stub of a note about an unanswered question.
+    cut = Graded({}, "cell q4c-code: the kernel died there; graded again with that cell raising "
+                     "an error; anatomy_q1b: cell q1b-code raised Attri; anatomy_q2")
+    assert with_unanswered(cut, ("anatomy_q1b", "anatomy_q2b"), assessment).status == (
+        "not answered: q1b, q2b; cell q4c-code: the kernel died there; graded again with that "
+        "cell raising an error")
     # An answer whose prompt cell lost its id (an editor that drops ids) is still found.
     notebook = nbformat.read(FIXTURES / "correct.ipynb", as_version=4)
     for cell in notebook.cells:

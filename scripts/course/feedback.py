@@ -41,10 +41,11 @@ def without_hidden_names(text: str, hidden_tests: Collection[str]) -> str:
 
 
 def status_parts(status: str, questions: Collection[str]) -> list[str]:
-    """A status cut into the notes it joins with '; ', each starting with a question's name,
-    a cell's, or a kind of outcome: a note's own text may hold '; ' too."""
-    starts = "|".join([*map(re.escape, questions), "cell ", "not graded", "not answered",
-                       "unreadable"])
+    """A status cut into the notes it joins with '; ', each starting with a question's name
+    (or its start, where a long status was cut short), a cell's, or a kind of outcome: a
+    note's own text may hold '; ' too."""
+    starts = "|".join([*map(re.escape, questions), r"[a-z]+_q\w", "cell ", "not graded",
+                       "not answered", "unreadable"])
     return [part for part in re.split(rf"; (?=(?:{starts}))", status) if part]
 
 

@@ -60,8 +60,9 @@ def with_unanswered(graded: Graded, unanswered: tuple[str, ...],
     if not unanswered:
         return graded
     names = [q.name for q in assignment.questions]
-    kept = [part for part in status_parts(graded.status, names) if part != "ok"
-            and not any(part.startswith(f"{question}: ") for question in unanswered)]
+    # A note about such a question goes, even one that a long status cut short.
+    kept = [part for part in status_parts(graded.status, names) if part != "ok" and not any(
+        part.startswith(f"{question}:") or question.startswith(part) for question in unanswered)]
     said = (EVERY_QUESTION if len(unanswered) == len(names)
             else ", ".join(map(short, unanswered)))
     return dataclasses.replace(
