@@ -30,7 +30,8 @@ from scripts.course.answers import answers_in, load_assignment, question_points,
 from scripts.course.exercises import SKIP_SOLUTION_RUN, source_notebooks
 from scripts.course.feedback import cut_at_word, feedback_text
 from scripts.course.grading import Graded, GradingError, Score, choose_assignment
-from scripts.course.results import Record, Submission, load_record, with_unanswered
+from scripts.course.results import Record, Submission, load_record, needs_a_look
+from scripts.course.results import with_unanswered
 from scripts.course.results import write_folder
 from scripts.course.similarity import review_flags, similar_answers
 from scripts.course.written import MarksError, read_marks, written_total
@@ -182,7 +183,8 @@ def test_the_class_command_grades_into_the_folder_the_appendix_describes(
             for s in CLASS] == [("19.00", "", "", "ok"), ("0.00", "", "", blank)]
     assert f"1 to look at:\n  grace-hopper: {blank}\n" in graded.completed.stderr
     # The fixtures' written answers are the model answers: flagged, never penalized.
-    assert rows["ada-lovelace"]["review"].startswith("like the model answer in q1a, q1c, q2a")
+    assert rows["ada-lovelace"]["review"] == (
+        "like the model answer in every written question (100%)")
     assert "\nanatomy_q1b: 0.00 of 1.00, not answered\n" in graded.feedback["grace-hopper"]
     assert "raised" not in graded.feedback["grace-hopper"]
     assert "autograded: 19.00 of 19.00\nwritten: not marked yet, of 15.00\n" in (
@@ -200,7 +202,8 @@ def test_a_file_graded_again_replaces_only_its_row(course: tuple[Path, list[Step
     grace = after.grades["grace-hopper"]
     assert (grace["anatomy_q3b"], grace["autograded"], grace["status"]) == ("2.50", "18.50", "ok")
     # Now both wrote the model answers: each is flagged like the other too.
-    assert "like ada-lovelace's answer in q1a" in grace["review"]
+    assert grace["review"] == ("like the model answer in every written question (100%); "
+                               "like ada-lovelace's answer in every written question (100%)")
     feedback = after.feedback["grace-hopper"]
     assert "\nanatomy_q3b: 2.50 of 3.00\n  public test: expected" in feedback
     assert "  hidden test: checks" in feedback and "Hidden test" not in feedback
@@ -251,13 +254,14 @@ def test_the_appendix_states_every_assignments_points() -> None:
         assert row in text, row
 
 
-def status_patterns() -> list[re.Pattern[str]]:
-    """The first column of the appendix's table of statuses, as patterns: each word in
-    capitals stands for any text."""
+def status_rows() -> list[tuple[re.Pattern[str], str]]:
+    """The appendix's table of statuses: each status as a pattern (a word in capitals stands
+    for any text), with what the instructor is to do; the most specific first."""
     text = APPENDIX.read_text(encoding="utf-8").split("### What each status means")[1]
-    cells = re.findall(r"^\| `([^`]+)` \|", text, re.M)
-    return [re.compile("^" + re.sub(r"[A-Z]{3,}", ".+", re.escape(cell)) + "$")
-            for cell in cells]
+    rows = re.findall(r"^\| `([^`]+)` \| [^|]+ \| ([^|]+) \|$", text, re.M)
+    rows.sort(key=lambda row: len(re.findall(r"[A-Z]{3,}", row[0])))
+    return [(re.compile("^" + re.sub(r"[A-Z]{3,}", ".+", re.escape(cell)) + "$"), action)
+            for cell, action in rows]
 
 
 @pytest.mark.parametrize("status", [
@@ -274,7 +278,11 @@ def status_patterns() -> list[re.Pattern[str]]:
     "unreadable: NotJSONError: Notebook does not appear to be JSON",
 ])
 def test_every_status_the_grader_writes_has_a_row_saying_what_to_do(status: str) -> None:
-    assert any(pattern.match(status) for pattern in status_patterns()), status
+    [action, *_] = [action for pattern, action in status_rows() if pattern.match(status)]
+    # The class command names the row for a look exactly where the table gives it something
+    # to do.
+    assessment = load_assignment(REPO_ROOT, ANATOMY)
+    assert needs_a_look(Graded({}, status), assessment) == (not action.startswith("nothing"))
 
 
 # ---------------------------------------------------------------------------------------------

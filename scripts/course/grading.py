@@ -454,15 +454,16 @@ def grade_class(args: argparse.Namespace, submissions: list[Path], source: Path)
             quiet_kernels():
         autograder = args.autograder or build_autograder(args.root, Path(scratch), source.stem)
         use_docker = args.engine == "docker" or (args.engine == "auto" and docker_available())
-        print(f"grading {len(submissions)} submissions of {source.stem} with "
-              f"{'otter grade (Docker)' if use_docker else 'otter run'}, "
-              f"{args.workers} at a time, each cell within {args.timeout:g} s"
+        workers = max(1, min(args.workers, len(submissions)))
+        print(f"grading {len(submissions)} submission{'s' * (len(submissions) != 1)} of "
+              f"{source.stem} with {'otter grade (Docker)' if use_docker else 'otter run'}, "
+              f"{workers} at a time, each cell within {args.timeout:g} s"
               + ("" if use_docker else f" and each test within {args.test_timeout:g} s"),
               file=sys.stderr)
         if use_docker:
-            return grade_in_containers(submissions, autograder, args.workers, source.stem,
+            return grade_in_containers(submissions, autograder, workers, source.stem,
                                        args.timeout)
-        graded = grade_in_pool(submissions, autograder, args.workers, args.timeout,
+        graded = grade_in_pool(submissions, autograder, workers, args.timeout,
                                args.test_timeout)
         print(file=sys.stderr)
         return graded
@@ -500,9 +501,10 @@ def summarize(record: Record, assignment: Assignment, review: dict[str, list[str
     rows = record.submissions
     look = {name: sub.graded.status for name, sub in sorted(rows.items())
             if needs_a_look(sub.graded, assignment)}
-    partly = [name for name, sub in rows.items() if name not in look and sub.unanswered]
-    print(f"{len(rows) - len(look) - len(partly)} graded cleanly, {len(partly)} with "
-          f"questions not answered, {len(look)} to look at{':' * bool(look)}", file=sys.stderr)
+    clean = [name for name, sub in rows.items() if sub.graded.status == "ok"]
+    print(f"{len(clean)} graded cleanly, {len(rows) - len(clean) - len(look)} with notes in "
+          f"their status that their feedback explains, {len(look)} to look at"
+          f"{':' * bool(look)}", file=sys.stderr)
     for name, status in look.items():
         print(f"  {name}: {status}", file=sys.stderr)
     flagged = {name: flags for name, flags in sorted(review.items()) if flags}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,12 +71,19 @@ def with_unanswered(graded: Graded, unanswered: tuple[str, ...],
         cell_errors={q: error for q, error in graded.cell_errors.items() if q not in unanswered})
 
 
+# Notes that only explain points a student lost, which their feedback tells them: nothing for
+# the instructor to do. Any other note asks for a look: a file not graded, a notebook with
+# nothing answered (the right file?), a cell stopped at its time limit (too short a limit
+# for the machine?), or a note this list does not know.
+EXPLAINED = re.compile(r"ok$|not answered: (?!every question)|[a-z]+_q\w+: (cell \S+ raised "
+                       r"|calling .+ did not finish within )|cell \S+: the kernel died there; "
+                       "graded again")
+
+
 def needs_a_look(graded: Graded, assignment: Assignment) -> bool:
-    """Whether a row's status asks the instructor to act: anything but ``ok`` or questions
-    not answered, and a notebook with nothing answered at all (the right file?)."""
+    """Whether a row's status asks the instructor to act (see EXPLAINED)."""
     parts = status_parts(graded.status, [q.name for q in assignment.questions])
-    return any(part != "ok" and not part.startswith("not answered: ") for part in parts) or (
-        f"not answered: {EVERY_QUESTION}" in parts)
+    return not all(EXPLAINED.match(part) for part in parts)
 
 
 def write_scores(path: Path, graded: Mapping[str, Graded], maximum: Mapping[str, float],
@@ -124,7 +132,7 @@ def write_folder(folder: Path, record: Record, assignment: Assignment) -> dict[s
     written = {name: written_total(record.marks.get(name, {}), assignment)
                for name in submissions}
     matches = similar_written_answers(record, assignment)
-    similar = review_flags(matches)
+    similar = review_flags(matches, assignment.maximum(manual=True))
     # The grader's own flags (Graded.review) first, then the written answers much alike.
     review = {name: [*sub.graded.review, *similar.get(name, [])]
               for name, sub in submissions.items()}

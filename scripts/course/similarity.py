@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 WORD = re.compile(r"[a-z0-9_]+")
@@ -66,9 +66,10 @@ def similar_answers(answers: Mapping[str, Mapping[str, str]], models: Mapping[st
     return matches
 
 
-def review_flags(matches: list[Match]) -> dict[str, list[str]]:
+def review_flags(matches: list[Match], questions: Collection[str] = ()) -> dict[str, list[str]]:
     """The matches as review flags by student, one for each text their answers are like:
-    'like the model answer in q1a, q1c (100%)', 'like bo's answer in q2c (83%)'."""
+    'like the model answer in q1a, q1c (100%)', 'like bo's answer in q2c (83%)', or 'in every
+    written question' where they match in all of ``questions``."""
     grouped: dict[str, dict[str, list[Match]]] = {}
     for match in matches:
         grouped.setdefault(match.student, {}).setdefault(match.like, []).append(match)
@@ -78,6 +79,8 @@ def review_flags(matches: list[Match]) -> dict[str, list[str]]:
             low, high = min(m.share for m in found), max(m.share for m in found)
             shares = f"{high:.0%}" if f"{low:.0%}" == f"{high:.0%}" else f"{low:.0%} to {high:.0%}"
             text = like if like == MODEL else f"{like}'s answer"
-            questions = ", ".join(m.question.split("_", 1)[-1] for m in found)
-            flags.setdefault(student, []).append(f"like {text} in {questions} ({shares})")
+            where = (", ".join(m.question.split("_", 1)[-1] for m in found)
+                     if {m.question for m in found} != set(questions)
+                     else "every written question")
+            flags.setdefault(student, []).append(f"like {text} in {where} ({shares})")
     return flags
