@@ -3,7 +3,8 @@
 The class command keeps each submission's grading, its written answers and what it left
 unanswered in ``graded.json``; the written marks join them there. Everything an instructor
 reads is written again from that record: ``grades.csv``, ``feedback/NAME.txt``, the
-``written-answers.html`` page to mark from, and the ``written-marks.csv`` file to fill in.
+``written-answers.html`` page to mark from, and the ``written-marks.csv`` file to fill in
+(only ever added to, never overwritten, as marks may be in it).
 So marks merge, and a few submissions are graded again, without grading the class again.
 """
 
@@ -148,10 +149,28 @@ def write_folder(folder: Path, record: Record, assignment: Assignment) -> dict[s
                                          if sub.answers},
                             {name: sub.unanswered for name, sub in submissions.items()}, matches)
         (folder / "written-answers.html").write_text(page, encoding="utf-8")
-        if not (folder / TEMPLATE).exists():
+        if (folder / TEMPLATE).exists():
+            add_missing_rows(folder / TEMPLATE, submissions)
+        else:
             (folder / TEMPLATE).write_text(marks_template(assignment, submissions),
                                            encoding="utf-8")
     return review
+
+
+def add_missing_rows(marks_file: Path, students: Mapping[str, object]) -> None:
+    """Add an empty row to the marks file for each graded student it lacks (a file graded
+    late), leaving every row in it as it is."""
+    with marks_file.open(encoding="utf-8-sig", newline="") as file:
+        rows = list(csv.reader(file))
+    if not rows:
+        return
+    missing = sorted(set(students) - {row[0].strip() for row in rows if row})
+    text = marks_file.read_text(encoding="utf-8")
+    with marks_file.open("a", encoding="utf-8", newline="") as file:
+        if text and not text.endswith("\n"):
+            file.write("\n")
+        csv.writer(file, lineterminator="\n").writerows(
+            [name, *[""] * (len(rows[0]) - 1)] for name in missing)
 
 
 def save_record(folder: Path, record: Record) -> None:
