@@ -34,7 +34,6 @@ from scripts.course.grading import (
     Graded,
     GradingError,
     Score,
-    answers_page,
     committed_fixtures,
     fixture_files,
     fixtures_folder,
@@ -280,10 +279,12 @@ def test_scores_are_written_one_row_per_submission(tmp_path: Path) -> None:
     path = tmp_path / "grades.csv"
     write_scores(path, {"ana": Graded({"q2": Score(1.0, True, ()), "q1": Score(2 / 3, False, ())}),
                         "bo": Graded({}, "unreadable: not JSON")},
-                 {"q1": 1.0, "q2": 1.0}, {"points possible": 3.0, "ana": 2.5})
+                 {"q1": 1.0, "q2": 1.0}, 3.0, {"ana": 2.5}, {"bo": ["like the model answer"]})
+    # The total stays blank until the written answers are marked.
     assert path.read_text().splitlines() == [
-        "student,q1,q2,written,total,status", "points possible,1.00,1.00,3.00,5.00,",
-        "ana,0.67,1.00,2.50,4.17,ok", "bo,0.00,0.00,,0.00,unreadable: not JSON"]
+        "student,q1,q2,autograded,written,total,status,review",
+        "points possible,1.00,1.00,2.00,3.00,5.00,,", "ana,0.67,1.00,1.67,2.50,4.17,ok,",
+        "bo,0.00,0.00,0.00,,,unreadable: not JSON,like the model answer"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -404,13 +405,21 @@ def test_the_hand_in_cell_exports_the_written_answers_for_a_grader(
 
 
 def test_the_class_page_puts_every_written_answer_under_its_question() -> None:
-    page = answers_page([FIXTURES / "correct.ipynb", FIXTURES / "unanswered.ipynb"])
+    from scripts.course.answers import answers_in, load_assignment, unanswered
+    from scripts.course.written import answers_page
+
+    assignment = load_assignment(REPO_ROOT, "anatomy-exercises")
+    answers = {name: answers_in(nbformat.read(FIXTURES / f"{name}.ipynb", as_version=4),
+                                assignment.finder) for name in ("correct", "unanswered")}
+    page = answers_page(assignment, answers, {name: unanswered(found, assignment)
+                                              for name, found in answers.items()}, [])
     questions = re.findall(r"<h2>(.*?)</h2>", page)
     manual = [name for name, (_, is_manual) in question_points(
         nbformat.read(SOURCE, as_version=4)).items() if is_manual]
     assert len(questions) == len(manual)
     assert page.count("<h3>correct</h3>") == page.count("<h3>unanswered</h3>") == len(manual)
-    assert "Model answer" in page and "Type your answer here" in page
+    assert "Model answer" in page and "Type your answer here" not in page
+    assert page.count("<p class='none'>no answer</p>") == len(manual)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -457,10 +466,13 @@ def test_a_class_with_a_hang_a_typo_a_corrupt_file_and_a_dead_kernel_is_graded(
     assert all(points > 0 for points in maximum.values())
     scores = {question: f"{points:.2f}" for question, points in maximum.items()}
     assert rows["points possible"] == {
-        "student": "points possible", **scores, "written": "15.00",
-        "total": f"{sum(maximum.values()) + 15:.2f}", "status": ""}
-    assert rows["correct"] == {"student": "correct", **scores, "written": "12.50",
-                               "total": f"{sum(maximum.values()) + 12.5:.2f}", "status": "ok"}
+        "student": "points possible", **scores, "autograded": f"{sum(maximum.values()):.2f}",
+        "written": "15.00", "total": f"{sum(maximum.values()) + 15:.2f}", "status": "",
+        "review": ""}
+    assert rows["correct"] == {"student": "correct", **scores,
+                               "autograded": f"{sum(maximum.values()):.2f}", "written": "12.50",
+                               "total": f"{sum(maximum.values()) + 12.5:.2f}", "status": "ok",
+                               "review": rows["correct"]["review"]}
     assert (rows["loops"]["anatomy_q7b"], rows["loops"]["anatomy_q5a"]) == ("2.00", "0.00")
     assert rows["loops"]["status"].startswith("anatomy_q5a: cell")
     assert "time limit" in rows["loops"]["status"]
@@ -479,8 +491,11 @@ def test_a_class_with_a_hang_a_typo_a_corrupt_file_and_a_dead_kernel_is_graded(
         "did not finish within 1 s (test test_q5a_fresh_copies)")
     looping_feedback = (tmp_path / "out/feedback" / f"{LOOPING}.txt").read_text()
     assert "receipt_liar() did not finish within 1 s" in looping_feedback
+    # Its status names the hidden test that was stopped; its feedback never does.
+    assert "test_q5a_fresh_copies" in rows[LOOPING]["status"]
+    assert "test_q5a_fresh_copies" not in looping_feedback and "of 19.00" in looping_feedback
     assert rows["page"]["status"].startswith("unreadable: NotJSONError")
-    assert rows["page"]["total"] == "0.00"
+    assert (rows["page"]["autograded"], rows["page"]["total"]) == ("0.00", "")
     # A cell that raised is named, not the symptom a later test saw.
     assert "anatomy_q4c: cell" in rows["loops"]["status"]
     assert "raised SyntaxError" in rows["loops"]["status"]
@@ -567,7 +582,7 @@ GRADESCOPE_CASES = [("durable", "correct"), ("anatomy", "unanswered"),
 
 
 @pytest.mark.parametrize(("assignment", "name"), GRADESCOPE_CASES)
-def test_gradescope_scores_each_question_and_hides_hidden_tests_until_published(
+def test_gradescope_scores_each_question_and_hides_hidden_tests(
         built: Built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         assignment: str, name: str) -> None:
     import time
@@ -586,8 +601,9 @@ def test_gradescope_scores_each_question_and_hides_hidden_tests_until_published(
     maximum = autograded_points(assignment)
     questions = {test["name"]: test for test in results["tests"] if test["name"] in maximum}
     assert {q: test["max_score"] for q, test in questions.items()} == maximum
-    # Each question's entry holds its hidden tests' results: students see it once published.
-    assert {test["visibility"] for test in questions.values()} == {"after_published"}
+    # Each question's entry holds its hidden tests' results: hidden from students, as otter
+    # has it, unless the assignment config asks to show them once grades are published.
+    assert {test["visibility"] for test in questions.values()} == {"hidden"}
     [public] = [test for test in results["tests"] if test["name"] == "Public Tests"]
     assert public["visibility"] == "visible"
     earned = {q: test["score"] for q, test in questions.items()}

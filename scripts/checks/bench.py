@@ -401,7 +401,9 @@ def bench_grading(count: int, workers: int, grades: Path | None, timeout: float,
         print(f"otter assign (autograder zip): {time.perf_counter() - started:.1f} s")
         submissions = sorted(folder.glob("*.ipynb"))
         started = time.perf_counter()
-        graded = grading.grade_in_pool(submissions, autograder, workers, timeout, test_timeout)
+        with grading.quiet_kernels():  # the kernels start as the class command starts them
+            graded = grading.grade_in_pool(submissions, autograder, workers, timeout,
+                                           test_timeout)
         elapsed = time.perf_counter() - started
         print(file=sys.stderr)
     if grades:

@@ -8,6 +8,10 @@
 student version ``exercises/NAME.ipynb`` (its public tests in ``exercises/tests/`` and packed
 into its ``PUBLIC_TESTS`` line, so ``grader.check`` works anywhere) and the autograder
 version, rebuilt when needed. A solution that fails its own tests stops the build.
+
+With AGENTBOOK_SKIP_SOLUTION_RUN=1 in the environment, otter's own run of the solutions
+against their tests is left out: the test suite sets it where it grades the correct
+submission against the zips it builds, which checks the same and more.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ TESTS_DIR = "exercises/tests"
 # The line of the student notebook's set-up cell that receives the packed public tests.
 BUNDLE_LINE = 'PUBLIC_TESTS = ""'
 BUNDLE_WIDTH = 88  # characters of base64 per line, so the cell stays within the line length
+SKIP_SOLUTION_RUN = "AGENTBOOK_SKIP_SOLUTION_RUN"
 
 
 class ExercisesError(Exception):
@@ -72,8 +77,8 @@ def harden(dist: Path) -> None:
     """What ``otter assign`` wrote into ``dist``, made to survive students' bugs on every path:
     every test file, the student's and the autograder's, runs each test within a time limit
     (scripts/course/time_limit.py), and the autograder zip runs scripts/course/run_otter.py,
-    which survives a dying kernel, and shows hidden tests once grades are published unless
-    the assignment config says otherwise."""
+    which survives a dying kernel. Hidden tests' results stay hidden from students, as otter
+    has it, unless the assignment config says ``show_hidden: true`` under ``generate``."""
     for path in [*(dist / "student").glob("tests/*.py"), *(dist / "autograder").glob("tests/*.py")]:
         path.write_text(with_time_limit(path.read_text(encoding="utf-8")), encoding="utf-8")
     runner = (Path(__file__).parent / "run_otter.py").read_text(encoding="utf-8")
@@ -86,10 +91,6 @@ def harden(dist: Path) -> None:
                     data = with_time_limit(data.decode("utf-8")).encode("utf-8")
                 elif info.filename == "run_otter.py":
                     data = runner.encode("utf-8")
-                elif info.filename == "otter_config.json":
-                    config = json.loads(data)
-                    config.setdefault("show_hidden", True)
-                    data = json.dumps(config, indent=2).encode("utf-8")
                 new.writestr(info, data)
 
 
@@ -175,7 +176,16 @@ def build(root: Path, autograder: Path | None = None,
                 target = autograder / source.stem
                 shutil.rmtree(target, ignore_errors=True)
                 shutil.copytree(output / "dist" / "autograder", target)
+                # otter names the zip after the time it was built; a name that stays put
+                # can be written in a course's own notes and commands.
+                [archive] = target.glob("*.zip")
+                archive.rename(autograder_zip(autograder, source.stem))
     return files
+
+
+def autograder_zip(folder: Path, name: str) -> Path:
+    """Where the build keeps assignment ``name``'s autograder zip, under ``folder``."""
+    return folder / name / f"{name}-autograder.zip"
 
 
 def committed_files(root: Path, wanted: dict[str, str]) -> dict[str, str]:
@@ -199,10 +209,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     autograder = args.autograder.resolve() if args.autograder else None
     try:
-        wanted = build(root, autograder)
+        wanted = build(root, autograder, os.environ.get(SKIP_SOLUTION_RUN) != "1")
     except ExercisesError as error:
         print(error, file=sys.stderr)
         return 2
+    if args.autograder:
+        print("the autograder zips (the hidden tests are inside: keep them from students):")
+        for source in source_notebooks(root):
+            print(f"  {autograder_zip(args.autograder, source.stem)}")
     return sync(root, wanted, committed_files(root, wanted), args.check,
                 "student exercises", "python -m scripts.course.exercises")
 

@@ -4,12 +4,18 @@
         write (or check) the graded fixtures in tests/fixtures/submissions/: the
         correct solution, the unanswered student notebook and each plausible
         wrong answer of exercises/source/wrong-answers.yml, made from the annotated source
-    python -m scripts.course.grading class DIR [-o grades.csv] [--autograder ZIP] [--workers N]
-        grade every notebook (or otter export zip) in DIR and write one CSV of
-        per-question scores, plus a web page of every written answer by question
+    python -m scripts.course.grading class DIR --autograder ZIP [-o grading] [--update]
+        grade every notebook (or otter export zip) in DIR into a graded folder: grades.csv,
+        feedback/NAME.txt, the written-answers page to mark from and the marks file to
+        fill in (scripts/course/results.py); --update grades a few files again into it
+    python -m scripts.course.grading written grading [--marks CSV]
+        merge written marks into a graded folder, every row checked, grading nothing again
+    python -m scripts.course.grading answers [-o answers]
+        write the model-answer notebooks, to hand out once the deadline has passed
 
 Grading runs the autograder zip of ``otter assign``: with Docker through ``otter grade``,
 otherwise through ``otter run`` in a pool of worker processes (in this environment).
+instructors.qmd is the instructor's guide to these commands.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
-import html
+import json
 import multiprocessing
 import os
 import re
@@ -27,10 +33,11 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 from unittest.mock import patch
 
@@ -38,20 +45,37 @@ import nbformat
 import yaml
 
 from scripts.build.generated import read_files, sync
+from scripts.course.answers import (
+    ANSWER_TAG,
+    Assignment,
+    answers_in,
+    correct_submission,
+    load_assignment,
+    question_points,
+    unanswered,
+    write_model_answers,
+)
+from scripts.course.answers import model_answers as model_answers  # for the tests, as before
+from scripts.course.answers import solution_code as solution_code
 from scripts.course.exercises import ExercisesError, build, normalize, source_notebooks
+from scripts.course.results import (
+    RECORD,
+    Record,
+    Submission,
+    load_record,
+    needs_a_look,
+    with_unanswered,
+    write_folder,
+)
+from scripts.course.results import write_scores as write_scores  # for the tests and the bench
 from scripts.course.run_otter import KernelDied, cell_time_limit, grade_surviving
+from scripts.course.similarity import THRESHOLD
 from scripts.course.time_limit import DEFAULT_SECONDS
 from scripts.course.time_limit import ENVIRONMENT_VARIABLE as TEST_LIMIT_VARIABLE
+from scripts.course.written import TEMPLATE, MarksError, read_marks, written_total
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES_DIR = "tests/fixtures/submissions"
-ANSWER_TAG = "otter_answer_cell"
-POSSIBLE = "points possible"  # the grades' first row: what each column is out of
-
-# Lines that mark solutions in the annotated source; a student never writes them.
-SOLUTION_MARKER = re.compile(r"^\s*#\s*(BEGIN|END) SOLUTION( NO PROMPT)?\s*$")
-PROMPT_BLOCK = re.compile(r'^""" # BEGIN PROMPT\n.*?^"""  # END PROMPT\n', re.M | re.S)
-INLINE_SOLUTION = re.compile(r"\s+#\s*SOLUTION\s*$")
 
 
 class GradingError(Exception):
@@ -93,56 +117,6 @@ WRONG_ANSWERS = read_wrong_answers(ROOT / WRONG_ANSWERS_FILE)
 def wrong_answer_name(wrong: WrongAnswer) -> str:
     """The fixture's file stem, e.g. wrong-q3b-one-repeat-late."""
     return f"wrong-{wrong.question.split('_')[-1]}-{wrong.slug}"
-
-
-def question_points(source: nbformat.NotebookNode) -> dict[str, tuple[float, bool]]:
-    """Every question of the annotated source: name -> (points, graded by hand)."""
-    questions = {}
-    for cell in source.cells:
-        if cell.cell_type == "raw" and re.match(r"#\s*BEGIN QUESTION", cell.source):
-            config = yaml.safe_load(cell.source)
-            questions[config["name"]] = (float(config["points"]), bool(config.get("manual")))
-    return questions
-
-
-def solution_code(source: str) -> str:
-    """A solution cell as a student who got it right would leave it: no otter markers."""
-    text = PROMPT_BLOCK.sub("", source + "\n")
-    lines = [INLINE_SOLUTION.sub("", line) for line in text.splitlines()
-             if not SOLUTION_MARKER.match(line)]
-    return "\n".join(lines).strip("\n")
-
-
-def model_answers(source: nbformat.NotebookNode) -> dict[str, str]:
-    """Each hand-graded question's model answer, by the id of the prompt cell it answers."""
-    answers: dict[str, str] = {}
-    prompt, in_solution = "", False
-    for cell in source.cells:
-        first = cell.source.split("\n", 1)[0]
-        if cell.cell_type == "raw" and re.match(r"#\s*BEGIN SOLUTION", first):
-            in_solution = True
-        elif cell.cell_type == "raw" and re.match(r"#\s*END SOLUTION", first):
-            in_solution = False
-        elif cell.cell_type == "markdown" and in_solution:
-            answers[prompt] = cell.source
-        elif cell.cell_type == "markdown":
-            prompt = cell.id
-    return answers
-
-
-def correct_submission(student: nbformat.NotebookNode,
-                       source: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """The student notebook with every answer cell filled in from the reference solutions."""
-    code = {cell.id: solution_code(cell.source) for cell in source.cells
-            if cell.cell_type == "code"}
-    answers = model_answers(source)
-    filled = nbformat.from_dict(student)
-    previous = ""
-    for cell in filled.cells:
-        if ANSWER_TAG in cell.metadata.get("tags", []):
-            cell.source = code[cell.id] if cell.cell_type == "code" else answers[previous]
-        previous = cell.id
-    return filled
 
 
 def with_wrong_answer(correct: nbformat.NotebookNode, wrong: WrongAnswer) -> nbformat.NotebookNode:
@@ -221,6 +195,9 @@ class Graded:
     status: str = "ok"
     cell_errors: dict[str, str] = field(default_factory=dict)  # question -> the error
     seconds: float = 0.0  # how long grading it took, on the clock, re-grading included
+    # Reasons to read this submission before posting its grade, never a penalty: the class
+    # command adds written answers much like another's; other checks may add their own.
+    review: tuple[str, ...] = ()
 
 
 CHECK_CALL = re.compile(r"""grader\.check\(["'](\w+)["']""")
@@ -386,66 +363,6 @@ def submissions_in(folder: Path) -> list[Path]:
     return found
 
 
-def write_scores(path: Path, graded: dict[str, Graded], maximum: dict[str, float],
-                 written: dict[str, float] | None = None) -> None:
-    """One row per student: points per question, the written answers' points when given,
-    the total and the status; the first row holds the points possible."""
-    questions = sorted(maximum)
-    with path.open("w", encoding="utf-8", newline="") as file:
-        table = csv.writer(file)
-        table.writerow(["student", *questions, "written", "total", "status"])
-        rows = [(POSSIBLE, {q: Score(v, True, ()) for q, v in maximum.items()}, "")]
-        rows += [(name, row.scores, row.status) for name, row in graded.items()]
-        for name, scores, status in rows:
-            points = [scores[q].points if q in scores else 0.0 for q in questions]
-            extra = (written or {}).get(name)
-            cells = [f"{value:.2f}" for value in points]
-            total = sum(points) + (extra or 0.0)
-            table.writerow([name, *cells, "" if extra is None else f"{extra:.2f}",
-                            f"{total:.2f}", status])
-
-
-def read_written(path: Path) -> dict[str, float]:
-    """The hand-graded points of the written answers: a CSV with columns student, written."""
-    with path.open(encoding="utf-8", newline="") as file:
-        return {row["student"]: float(row["written"]) for row in csv.DictReader(file)
-                if row.get("written", "").strip()}
-
-
-def feedback_text(name: str, graded: Graded, maximum: dict[str, float]) -> str:
-    """What a student may be given: scores, the failed public tests' messages, what each
-    failed hidden test checks, and any cell that raised; never a hidden test's source."""
-    lines = [f"Feedback for {name}", f"status: {graded.status}", ""]
-    for question in sorted(maximum):
-        score = graded.scores.get(question)
-        got = f"{score.points:.2f}" if score else "not graded"
-        lines.append(f"{question}: {got} of {maximum[question]:.2f}")
-        if question in graded.cell_errors:  # the tests' messages would only be its symptoms
-            lines.append(f"  your {graded.cell_errors[question]}; the tests of this question "
-                         "could not use your answer: fix that cell and check again")
-            continue
-        for message in (score.public_messages if score else ()):
-            lines.append("  public test: " + message.rsplit("Error: ", 1)[-1].strip())
-        for message in (score.hidden_messages if score else ()):
-            lines.append(f"  hidden test: {message}")
-    return "\n".join(lines) + "\n"
-
-
-def written_answers(notebook: nbformat.NotebookNode) -> dict[str, str]:
-    """Each hand-graded question's prompt (first line) -> the answer the student wrote."""
-    answers: dict[str, str] = {}
-    prompt, inside = "", False
-    for cell in notebook.cells:
-        if "<!-- BEGIN QUESTION -->" in cell.source:
-            inside = True
-            prompt = cell.source.split("<!-- BEGIN QUESTION -->", 1)[1].strip()
-        if inside and ANSWER_TAG in cell.metadata.get("tags", []):
-            answers[prompt.split("\n", 1)[0]] = cell.source
-        if "<!-- END QUESTION -->" in cell.source:
-            inside = False
-    return answers
-
-
 def read_submission(path: Path) -> nbformat.NotebookNode:
     """The notebook of a submission: the file itself, or the one notebook in an export zip."""
     if path.suffix != ".zip":
@@ -457,27 +374,6 @@ def read_submission(path: Path) -> nbformat.NotebookNode:
         return nbformat.reads(archive.read(names[0]).decode("utf-8"), as_version=4)
 
 
-def answers_page(submissions: Iterable[Path]) -> str:
-    """One web page: every hand-graded question, with each student's answer under it."""
-    by_question: dict[str, list[tuple[str, str]]] = {}
-    for path in submissions:
-        try:
-            notebook = read_submission(path)
-        except Exception:  # noqa: BLE001 - an unreadable file is named in the grades' status
-            continue
-        for question, answer in written_answers(notebook).items():
-            by_question.setdefault(question, []).append((path.stem, answer))
-    parts = ["<!DOCTYPE html>\n<html><head><meta charset='utf-8'>"
-             "<title>Written answers</title></head><body>\n<h1>Written answers</h1>\n"]
-    for question, answers in by_question.items():
-        parts.append(f"<h2>{html.escape(question)}</h2>\n")
-        for name, answer in answers:
-            parts.append(f"<h3>{html.escape(name)}</h3>\n<pre style='white-space: pre-wrap'>"
-                         f"{html.escape(answer)}</pre>\n")
-    parts.append("</body></html>\n")
-    return "".join(parts)
-
-
 def build_autograder(root: Path, into: Path, assignment: str) -> Path:
     """Build the autograder zip with ``otter assign`` into ``into``; return the zip's path."""
     build(root, autograder=into)
@@ -485,9 +381,35 @@ def build_autograder(root: Path, into: Path, assignment: str) -> Path:
     return archive
 
 
-def choose_assignment(root: Path, name: str | None) -> Path:
-    """The annotated source of the assignment named, or of the only one there is."""
+def assignment_of_autograder(root: Path, autograder: Path) -> str:
+    """The assignment an autograder zip grades: the exercises notebook whose autograded
+    questions are exactly the zip's test files."""
+    try:
+        with zipfile.ZipFile(autograder) as archive:
+            tested = {PurePosixPath(name).stem for name in archive.namelist()
+                      if name.startswith("tests/") and name.endswith(".py")}
+    except (OSError, zipfile.BadZipFile) as error:
+        raise GradingError(f"--autograder {autograder}: {error}") from None
+    for source in source_notebooks(root):
+        questions = question_points(nbformat.read(source, as_version=4))
+        if tested == {name for name, (_, manual) in questions.items() if not manual}:
+            return source.stem
+    raise GradingError(f"--autograder {autograder} tests {len(tested)} questions "
+                       f"({', '.join(sorted(tested)[:2])}, ...), and no exercises notebook in "
+                       "exercises/source/ asks those; build it again from these sources: "
+                       "python -m scripts.course.exercises --autograder build/")
+
+
+def choose_assignment(root: Path, name: str | None, autograder: Path | None = None) -> Path:
+    """The annotated source of the assignment the autograder zip grades, or of the one
+    named, or of the only one there is."""
     sources = {path.stem: path for path in source_notebooks(root)}
+    if autograder is not None:
+        graded = assignment_of_autograder(root, autograder)
+        if name not in (None, graded):
+            raise GradingError(f"--assignment {name}, but --autograder {autograder} grades "
+                               f"{graded}; give the zip of {name}, or leave --assignment out")
+        return sources[graded]
     if name in sources:
         return sources[name]
     if name is None and len(sources) == 1:
@@ -495,44 +417,129 @@ def choose_assignment(root: Path, name: str | None) -> Path:
     raise GradingError(f"name the assignment with --assignment, one of: {', '.join(sources)}")
 
 
-def class_command(args: argparse.Namespace) -> int:
-    submissions = submissions_in(args.folder.resolve())
-    source = choose_assignment(args.root, args.assignment)
-    points = question_points(nbformat.read(source, as_version=4))
-    maximum = {name: value for name, (value, manual) in points.items() if not manual}
-    # The first row holds the points possible, the written answers' among them.
-    written = {POSSIBLE: sum(value for value, manual in points.values() if manual)}
-    written |= read_written(args.written) if args.written else {}
-    with tempfile.TemporaryDirectory(prefix="agentbook-autograder-") as scratch:
+@contextmanager
+def quiet_kernels() -> Iterator[None]:
+    """Kernels started in here log only errors of their own: each would otherwise warn, once
+    a submission, that it talks to the grader over local TCP without encryption. The
+    IPython profile they start with is a fresh one, so that none of the grader's own start-up
+    files runs in a student's kernel either."""
+    with tempfile.TemporaryDirectory(prefix="agentbook-ipython-") as folder:
+        profile = Path(folder, "profile_default")
+        profile.mkdir()
+        # No history database either: kernels starting together would all create it at once.
+        settings = {"IPKernelApp": {"log_level": "ERROR"}, "HistoryManager": {"enabled": False}}
+        (profile / "ipython_kernel_config.json").write_text(json.dumps(settings),
+                                                            encoding="utf-8")
+        with patch.dict(os.environ, {"IPYTHONDIR": folder}):
+            yield
+
+
+def submission_of(path: Path, graded: Graded, assignment: Assignment) -> Submission:
+    """A graded file with its written answers and the questions it left as handed out."""
+    try:
+        notebook = read_submission(path)
+    except Exception:  # noqa: BLE001 - an unreadable file is named in its grading's status
+        return Submission(graded)
+    answers = answers_in(notebook, assignment.finder)
+    left = unanswered(answers, assignment)
+    written = {q.name for q in assignment.questions if q.manual}
+    return Submission(with_unanswered(graded, left, assignment),
+                      {q: text for q, text in answers.items() if q in written}, left)
+
+
+def grade_class(args: argparse.Namespace, submissions: list[Path], source: Path) -> dict[
+        str, Graded]:
+    """Every submission graded, in containers or in a pool of processes, as asked."""
+    with tempfile.TemporaryDirectory(prefix="agentbook-autograder-") as scratch, \
+            quiet_kernels():
         autograder = args.autograder or build_autograder(args.root, Path(scratch), source.stem)
         use_docker = args.engine == "docker" or (args.engine == "auto" and docker_available())
-        print(f"grading {len(submissions)} submissions with "
-              f"{'otter grade (Docker)' if use_docker else 'otter run'}, "
-              f"{args.workers} at a time, each cell within {args.timeout:g} s"
+        workers = max(1, min(args.workers, len(submissions)))
+        print(f"grading {len(submissions)} submission{'s' * (len(submissions) != 1)} of "
+              f"{source.stem} with {'otter grade (Docker)' if use_docker else 'otter run'}, "
+              f"{workers} at a time, each cell within {args.timeout:g} s"
               + ("" if use_docker else f" and each test within {args.test_timeout:g} s"),
               file=sys.stderr)
         if use_docker:
-            graded = grade_in_containers(submissions, autograder, args.workers, source.stem,
-                                         args.timeout)
-        else:
-            graded = grade_in_pool(submissions, autograder, args.workers, args.timeout,
-                                   args.test_timeout)
-            print(file=sys.stderr)
-    out = args.output
-    (out / "feedback").mkdir(parents=True, exist_ok=True)
-    write_scores(out / "grades.csv", graded, maximum, written)
-    (out / "written-answers.html").write_text(answers_page(submissions), encoding="utf-8")
-    for name, row in graded.items():
-        (out / "feedback" / f"{name}.txt").write_text(feedback_text(name, row, maximum),
-                                                      encoding="utf-8")
-    print(f"wrote {out / 'grades.csv'}, {out / 'written-answers.html'} and "
-          f"{out / 'feedback'}/ (one file per student)")
-    failed = {name: row.status for name, row in graded.items() if row.status != "ok"}
-    for name, status in failed.items():
+            return grade_in_containers(submissions, autograder, workers, source.stem,
+                                       args.timeout)
+        graded = grade_in_pool(submissions, autograder, workers, args.timeout,
+                               args.test_timeout)
+        print(file=sys.stderr)
+        return graded
+
+
+def class_command(args: argparse.Namespace) -> int:
+    submissions = submissions_in(args.folder.resolve())
+    source = choose_assignment(args.root, args.assignment, args.autograder)
+    assignment = load_assignment(args.root, source.stem)
+    record = Record(source.stem, {})
+    if args.update:
+        record = load_record(args.output)
+        if record.assignment != source.stem:
+            raise GradingError(f"{args.output} holds grades of {record.assignment}, not of "
+                               f"{source.stem}")
+    if args.similarity is not None:
+        record.threshold = args.similarity
+    students = {path.stem for path in submissions} | set(record.submissions)
+    # Marks are checked before anything is graded: a typo costs seconds, not a class's run.
+    marks = read_marks(args.written, assignment, students) if args.written else None
+    graded = grade_class(args, submissions, source)
+    for path in submissions:
+        record.submissions[path.stem] = submission_of(path, graded[path.stem], assignment)
+    if marks is not None:
+        record.marks = marks
+    review = write_folder(args.output, record, assignment)
+    print(f"wrote {args.output}/: grades.csv, feedback/ (one file per student), "
+          + (f"written-answers.html (yours alone: it holds the model answers), {TEMPLATE} "
+             "(to fill in), " if assignment.maximum(manual=True) else "") + RECORD)
+    return summarize(record, assignment, review)
+
+
+def summarize(record: Record, assignment: Assignment, review: dict[str, list[str]]) -> int:
+    """Say which rows to look at and which to read before posting; 1 when some need a look."""
+    rows = record.submissions
+    look = {name: sub.graded.status for name, sub in sorted(rows.items())
+            if needs_a_look(sub.graded, assignment)}
+    clean = [name for name, sub in rows.items() if sub.graded.status == "ok"]
+    print(f"{len(clean)} graded cleanly, {len(rows) - len(clean) - len(look)} with notes in "
+          f"their status that their feedback explains, {len(look)} to look at"
+          f"{':' * bool(look)}", file=sys.stderr)
+    for name, status in look.items():
         print(f"  {name}: {status}", file=sys.stderr)
-    print(f"{len(graded) - len(failed)} graded cleanly, {len(failed)} with problems",
-          file=sys.stderr)
-    return 1 if failed else 0
+    flagged = {name: flags for name, flags in sorted(review.items()) if flags}
+    if flagged:
+        print(f"{len(flagged)} flagged for review, never a penalty (the review column; "
+              "read the answers side by side in written-answers.html):", file=sys.stderr)
+        for name, flags in flagged.items():
+            print(f"  {name}: {'; '.join(flags)}", file=sys.stderr)
+    return 1 if look else 0
+
+
+def written_command(args: argparse.Namespace) -> int:
+    """Merge written marks into a graded folder, grading nothing again."""
+    record = load_record(args.folder)
+    assignment = load_assignment(args.root, record.assignment)
+    marks_file = args.marks or args.folder / TEMPLATE
+    record.marks = read_marks(marks_file, assignment, set(record.submissions))
+    write_folder(args.folder, record, assignment)
+    unmarked = [name for name in sorted(record.submissions)
+                if written_total(record.marks.get(name, {}), assignment) is None]
+    print(f"merged {marks_file} into {args.folder}/grades.csv and feedback/, grading nothing "
+          f"again: {len(record.submissions) - len(unmarked)} of {len(record.submissions)} "
+          "students fully marked")
+    if unmarked:
+        print(f"not fully marked yet, so their total stays blank: {', '.join(unmarked)}")
+    return 0
+
+
+def answers_command(args: argparse.Namespace) -> int:
+    """Write the model-answer notebooks, to hand out once the deadline has passed."""
+    names = ([choose_assignment(args.root, args.assignment).stem] if args.assignment
+             else [path.stem for path in source_notebooks(args.root)])
+    for path in write_model_answers(args.root, names, args.output):
+        print(f"wrote {path}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -544,9 +551,23 @@ def main(argv: list[str] | None = None) -> int:
     grade = commands.add_parser("class", help="grade a folder of submissions")
     grade.add_argument("folder", type=Path)
     grade.add_argument("-o", "--output", type=Path, default=Path("grading"),
-                       help="the folder for grades.csv, written-answers.html and feedback/")
+                       help="the graded folder: grades.csv, feedback/, written-answers.html, "
+                       f"{TEMPLATE}, {RECORD} (default: grading)")
+    grade.add_argument("--autograder", type=Path,
+                       help="the autograder zip, which says which assignment it grades "
+                       "(default: build it from the annotated source)")
     grade.add_argument("--assignment", help="the exercises notebook's name, e.g. "
-                       "anatomy-exercises (needed when there are several)")
+                       "anatomy-exercises (needed without --autograder when there are several)")
+    grade.add_argument("--written", type=Path, metavar="CSV",
+                       help="written marks to merge: a CSV with a student column and a "
+                       "column per written question, or a written column for the total")
+    grade.add_argument("--update", action="store_true",
+                       help="grade these submissions again into the graded folder -o, keeping "
+                       "every other student's row and the written marks")
+    grade.add_argument("--similarity", type=float, metavar="SHARE",
+                       help="flag a written answer for review when this share of its "
+                       "three-word phrases is in the model answer or in another student's "
+                       f"(default {THRESHOLD})")
     grade.add_argument("--timeout", type=float, default=300, metavar="SECONDS",
                        help="the longest any one cell may run; a cell stopped costs only "
                        "its own question (default 300)")
@@ -554,13 +575,20 @@ def main(argv: list[str] | None = None) -> int:
                        metavar="SECONDS", help="the longest any one test may run; a test "
                        "stopped fails with a message naming the call that did not finish "
                        f"(default {DEFAULT_SECONDS}, built into the tests; in Docker always that)")
-    grade.add_argument("--written", type=Path, metavar="CSV",
-                       help="hand-graded points: a CSV with columns student, written")
-    grade.add_argument("--autograder", type=Path,
-                       help="the autograder zip (default: build it from the annotated source)")
     grade.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     grade.add_argument("--engine", choices=("auto", "docker", "process"), default="auto",
                        help="auto uses Docker where it runs, otherwise a process pool")
+    written = commands.add_parser("written", help="merge written marks into a graded folder, "
+                                  "grading nothing again")
+    written.add_argument("folder", type=Path, help="the graded folder, e.g. grading")
+    written.add_argument("--marks", type=Path, metavar="CSV",
+                         help=f"the marks (default: {TEMPLATE} in the graded folder)")
+    answers = commands.add_parser("answers", help="write the model-answer notebooks, to hand "
+                                  "out after the deadline")
+    answers.add_argument("-o", "--output", type=Path, default=Path("answers"),
+                         help="the folder to write NAME-answers.ipynb into (default: answers)")
+    answers.add_argument("--assignment", help="only this exercises notebook, e.g. "
+                         "anatomy-exercises (default: every one)")
     args = parser.parse_args(argv)
     args.root = args.root.resolve()
     try:
@@ -568,8 +596,10 @@ def main(argv: list[str] | None = None) -> int:
             return sync(args.root, fixture_files(args.root), committed_fixtures(args.root),
                         args.check, "fixture submissions", "python -m scripts.course.grading "
                         "fixtures")
-        return class_command(args)
-    except (GradingError, ExercisesError) as error:
+        command = {"class": class_command, "written": written_command,
+                   "answers": answers_command}[args.command]
+        return command(args)
+    except (GradingError, ExercisesError, MarksError, FileNotFoundError) as error:
         print(error, file=sys.stderr)
         return 2
 
