@@ -646,35 +646,41 @@ def _python_files() -> tuple[str, list[str], list[str]]:
 
 
 # From chapters/03_untrusted.ipynb, cell sandbox-filter
-# Per machine: its audit architecture, clone's number, and the calls refused
-# with their error: fork, vfork, ptrace, the keyrings (EPERM) and clone3
-# (ENOSYS, so that the C library falls back to clone for threads).
+# Each machine's audit architecture and its numbers for the calls the filter
+# names (the kernel's system-call tables).
 _SYSCALLS = {
-    "x86_64": (0xC000003E, 56, {57: 1, 58: 1, 101: 1, 248: 1, 249: 1,
-                                250: 1, 435: 38}),
-    "aarch64": (0xC00000B7, 220, {117: 1, 217: 1, 218: 1, 219: 1, 435: 38}),
+    "x86_64": (0xC000003E, {
+        "clone": 56, "clone3": 435, "fork": 57, "vfork": 58, "ptrace": 101,
+        "add_key": 248, "request_key": 249, "keyctl": 250, "bpf": 321,
+        "userfaultfd": 323, "perf_event_open": 298, "io_uring_setup": 425,
+        "io_uring_enter": 426, "io_uring_register": 427}),
+    "aarch64": (0xC00000B7, {
+        "clone": 220, "clone3": 435, "ptrace": 117, "add_key": 217,
+        "request_key": 218, "keyctl": 219, "bpf": 280, "userfaultfd": 282,
+        "perf_event_open": 241, "io_uring_setup": 425, "io_uring_enter": 426,
+        "io_uring_register": 427}),
 }
 
 
 def _seccomp_filter(machine: str) -> bytes:
-    """The filter's BPF program: no new process, no ptrace, no keyrings.
-
-    Each step is (operation, jump if true, jump if false, operand). A call
-    from another architecture ends the process; x86's x32 calls are
-    refused; clone passes only with CLONE_THREAD, which makes a thread.
-    """
-    arch, clone, refused = _SYSCALLS[machine]
+    """The filter's BPF program, in steps of (operation, jump if true, jump
+    if false, operand). A call through another architecture ends the
+    process; x32 calls and the named ones get EPERM, clone3 ENOSYS (threads
+    then fall back to clone); clone passes only with CLONE_THREAD."""
+    arch, number = _SYSCALLS[machine]
     load, equal, at_least, has_bits, answer = 0x20, 0x15, 0x35, 0x45, 0x06
-    allow, error, kill = 0x7FFF0000, 0x00050000, 0x80000000
+    allow, kill, refuse, absent = 0x7FFF0000, 0x80000000, 0x50001, 0x50026
     steps = [(load, 0, 0, 4), (equal, 1, 0, arch), (answer, 0, 0, kill),
              (load, 0, 0, 0)]  # the architecture, then the call's number
     if machine == "x86_64":
-        steps += [(at_least, 0, 1, 0x40000000), (answer, 0, 0, error | 1)]
-    for number, errno in refused.items():
-        steps += [(equal, 0, 1, number), (answer, 0, 0, error | errno)]
-    steps += [(equal, 0, 2, clone), (load, 0, 0, 16),  # clone's flags
+        steps += [(at_least, 0, 1, 0x40000000), (answer, 0, 0, refuse)]
+    for name, value in number.items():
+        if name != "clone":
+            error = absent if name == "clone3" else refuse
+            steps += [(equal, 0, 1, value), (answer, 0, 0, error)]
+    steps += [(equal, 0, 2, number["clone"]), (load, 0, 0, 16),  # its flags
               (has_bits, 0, 1, 0x10000), (answer, 0, 0, allow),
-              (answer, 0, 0, error | 1)]
+              (answer, 0, 0, refuse)]
     return b"".join(struct.pack("=HBBI", *step) for step in steps)
 
 
@@ -756,7 +762,8 @@ def _end_namespace(init: int | None) -> None:
 def _ending(returncode: int, stopped: str | None,
             limits: SandboxLimits) -> tuple[str, str]:
     """``(status, reason)`` for how the run ended, in words for the model.
-    bubblewrap reports a child killed by signal N as status 128 + N."""
+    bubblewrap reports a child killed by signal N as status 128 + N; code
+    that exits with such a status fools only the model that wrote it."""
     import signal
     killed = {value.value: value.name for value in signal.Signals}.get(
         returncode - 128)
@@ -776,8 +783,8 @@ def _ending(returncode: int, stopped: str | None,
 
 # From chapters/03_untrusted.ipynb, cell sandbox-run-one
 def _run(code: str, limits: SandboxLimits) -> dict[str, str]:
-    """One run under bubblewrap. The code goes in as a file in memory and
-    the output comes back through a pipe: the run leaves nothing on disk."""
+    """One run under bubblewrap. The code goes in as a file in memory, the
+    output comes back through a pipe: the run leaves nothing on the disk."""
     import subprocess
     with contextlib.ExitStack() as ends:
         def pipe() -> tuple[BinaryIO, BinaryIO]:
@@ -785,16 +792,17 @@ def _run(code: str, limits: SandboxLimits) -> dict[str, str]:
             return (ends.enter_context(open(read, "rb", buffering=0)),
                     ends.enter_context(open(write, "wb", buffering=0)))
         code_file = ends.enter_context(
-            open(os.memfd_create("code"), "w+b", buffering=0))
-        code_file.write(code.encode())
-        code_file.seek(0)
+            open(os.memfd_create("code"), "wb", buffering=0))
+        code_file.write(code.encode())  # the child gets it read-only:
+        code_in = ends.enter_context(open(  # a second opening of the file
+            f"/proc/self/fd/{code_file.fileno()}", "rb", buffering=0))
         (seccomp, to_seccomp), (from_info, info), (start, go), (
             from_child, output) = pipe(), pipe(), pipe(), pipe()
         to_seccomp.write(_seccomp_filter(platform.machine()))
         to_seccomp.close()
         bwrap_ends = [seccomp.fileno(), info.fileno(), start.fileno()]
         bwrap = ends.enter_context(subprocess.Popen(
-            _bwrap_command(limits, *bwrap_ends), stdin=code_file,
+            _bwrap_command(limits, *bwrap_ends), stdin=code_in,
             stdout=output, stderr=output, pass_fds=bwrap_ends, env={},
             start_new_session=True))
         for end in (seccomp, info, start, output):
@@ -839,7 +847,8 @@ def _trial_run() -> str | None:
     if seen["output"] == "ok\n":
         return None
     lines = seen["output"].strip().splitlines() or [seen["reason"]]
-    return f"bubblewrap cannot start it here: {lines[-1]}"
+    return (f"bubblewrap (0.8 or later, with user namespaces) cannot start "
+            f"it here: {lines[-1]}")
 
 
 # From chapters/03_untrusted.ipynb, cell sandboxed-python-tool
