@@ -651,14 +651,14 @@ def _python_files() -> tuple[str, list[str], list[str]]:
 _SYSCALLS = {
     "x86_64": (0xC000003E, {
         "clone": 56, "clone3": 435, "fork": 57, "vfork": 58, "ptrace": 101,
-        "add_key": 248, "request_key": 249, "keyctl": 250, "bpf": 321,
-        "userfaultfd": 323, "perf_event_open": 298, "io_uring_setup": 425,
-        "io_uring_enter": 426, "io_uring_register": 427}),
+        "add_key": 248, "request_key": 249, "keyctl": 250, "memfd_create": 319,
+        "shmget": 29, "msgget": 68, "io_uring_setup": 425, "bpf": 321,
+        "userfaultfd": 323, "perf_event_open": 298}),
     "aarch64": (0xC00000B7, {
         "clone": 220, "clone3": 435, "ptrace": 117, "add_key": 217,
-        "request_key": 218, "keyctl": 219, "bpf": 280, "userfaultfd": 282,
-        "perf_event_open": 241, "io_uring_setup": 425, "io_uring_enter": 426,
-        "io_uring_register": 427}),
+        "request_key": 218, "keyctl": 219, "memfd_create": 279, "shmget": 194,
+        "msgget": 186, "io_uring_setup": 425, "bpf": 280, "userfaultfd": 282,
+        "perf_event_open": 241}),
 }
 
 
