@@ -30,8 +30,8 @@ import glob
 import platform
 import struct
 import shutil
-import time
 import contextlib
+import time
 
 __all__ = [
     "Owner",
@@ -734,6 +734,13 @@ def _read_output(stream: BinaryIO,
     return bytes(output[:limits.output_bytes]), "output"
 
 
+def _pipe(ends: contextlib.ExitStack) -> tuple[BinaryIO, BinaryIO]:
+    """A pipe's two ends, as files that ``ends`` closes."""
+    read, write = os.pipe()
+    return (ends.enter_context(open(read, "rb", buffering=0)),
+            ends.enter_context(open(write, "wb", buffering=0)))
+
+
 def _namespace_init(info: BinaryIO) -> int | None:
     """A pidfd for the namespace's first process, whose ID bubblewrap
     writes to ``info``; None if bubblewrap ended before it started one."""
@@ -785,33 +792,36 @@ def _ending(returncode: int, stopped: str | None,
 def _run(code: str, limits: SandboxLimits) -> dict[str, str]:
     """One run under bubblewrap. The code goes in as a file in memory, the
     output comes back through a pipe: the run leaves nothing on the disk."""
+    import signal
     import subprocess
     with contextlib.ExitStack() as ends:
-        def pipe() -> tuple[BinaryIO, BinaryIO]:
-            read, write = os.pipe()
-            return (ends.enter_context(open(read, "rb", buffering=0)),
-                    ends.enter_context(open(write, "wb", buffering=0)))
         code_file = ends.enter_context(
             open(os.memfd_create("code"), "wb", buffering=0))
         code_file.write(code.encode())  # the child gets it read-only:
         code_in = ends.enter_context(open(  # a second opening of the file
             f"/proc/self/fd/{code_file.fileno()}", "rb", buffering=0))
         (seccomp, to_seccomp), (from_info, info), (start, go), (
-            from_child, output) = pipe(), pipe(), pipe(), pipe()
+            from_child, output) = (_pipe(ends) for _ in range(4))
         to_seccomp.write(_seccomp_filter(platform.machine()))
         to_seccomp.close()
         bwrap_ends = [seccomp.fileno(), info.fileno(), start.fileno()]
+        init: int | None = None
         bwrap = ends.enter_context(subprocess.Popen(
             _bwrap_command(limits, *bwrap_ends), stdin=code_in,
             stdout=output, stderr=output, pass_fds=bwrap_ends, env={},
             start_new_session=True))
-        for end in (seccomp, info, start, output):
-            end.close()  # bubblewrap holds its own copies now
-        init = _namespace_init(from_info)
-        with contextlib.suppress(BrokenPipeError):
-            go.write(b"go")
-        printed, stopped = _read_output(from_child, limits)
-        _end_namespace(init)
+        try:  # however the run ends, even interrupted, its namespace ends
+            for end in (seccomp, info, start, output):
+                end.close()  # bubblewrap holds its own copies now
+            init = _namespace_init(from_info)
+            with contextlib.suppress(BrokenPipeError):
+                go.write(b"go")
+            printed, stopped = _read_output(from_child, limits)
+        finally:
+            if init is None:  # not started: the child waits in bwrap's group
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(bwrap.pid, signal.SIGKILL)
+            _end_namespace(init)
         returncode = bwrap.wait()
     status, reason = _ending(returncode, stopped, limits)
     return {"status": status, "reason": reason,
@@ -831,7 +841,7 @@ def sandbox_problem() -> str | None:
     if sys.platform != "linux":
         return f"it needs Linux's namespaces, and this is {sys.platform}"
     if machine not in _SYSCALLS:
-        return f"its system-call filter knows x86_64 and aarch64, not {machine}"
+        return f"its filter knows x86_64 and aarch64, not {machine}"
     if shutil.which("bwrap") is None:
         return ("bubblewrap is not installed (apt-get install bubblewrap, "
                 "dnf install bubblewrap or pacman -S bubblewrap)")

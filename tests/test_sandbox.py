@@ -18,6 +18,7 @@ import shutil
 import socket
 import struct
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -311,6 +312,29 @@ def test_the_wall_clock_ends_every_process_in_the_namespace(
     assert (seen["status"], seen["output"]) == ("stopped", "forked\n")
 
 
+@needs_sandbox
+@pytest.mark.parametrize("where", ["_namespace_init", "_read_output"])
+def test_an_interrupted_run_still_ends_its_namespace(monkeypatch: pytest.MonkeyPatch,
+                                                      where: str) -> None:
+    # As when a reader interrupts the kernel: before the child starts, or while it runs.
+    real = getattr(untrusted, where)
+
+    def interrupted(*args: Any) -> Any:
+        real(*args)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(untrusted, where, interrupted)
+    mark = 16 * 2**20 + secrets.randbelow(2**20)
+    with pytest.raises(KeyboardInterrupt):
+        run_sandboxed("import time\nwhile True: time.sleep(1)",
+                      SandboxLimits(scratch_bytes=mark, wall_seconds=0.3))
+    for _ in range(50):  # before the child started, the end is not awaited: allow a moment
+        if processes_marked(mark) == []:
+            break
+        time.sleep(0.1)
+    assert processes_marked(mark) == []
+
+
 # ---------------------------------------------------------------------------------------------
 # Ordinary use
 
@@ -375,7 +399,7 @@ def no_process_started(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     ("platform", "emscripten", "WebAssembly's Python cannot start a process"),
     ("platform", "darwin", "it needs Linux's namespaces, and this is darwin"),
     ("platform", "win32", "it needs Linux's namespaces, and this is win32"),
-    ("machine", "riscv64", "knows x86_64 and aarch64, not riscv64"),
+    ("machine", "riscv64", "its filter knows x86_64 and aarch64, not riscv64"),
     ("bwrap", None, "bubblewrap is not installed (apt-get install bubblewrap"),
 ])
 @pytest.mark.usefixtures("no_process_started")
