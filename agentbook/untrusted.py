@@ -853,7 +853,10 @@ def sandbox_problem() -> str | None:
 @functools.cache
 def _trial_run() -> str | None:
     """Run one line in the sandbox: None, or bubblewrap's own complaint."""
-    seen = _run("print('ok')", SandboxLimits())
+    try:
+        seen = _run("print('ok')", SandboxLimits())
+    except OSError as error:  # a kernel before Linux 5.3 has no pidfd
+        return f"it cannot start here: {error}"
     if seen["output"] == "ok\n":
         return None
     lines = seen["output"].strip().splitlines() or [seen["reason"]]

@@ -440,6 +440,30 @@ def test_where_bubblewrap_cannot_start_the_refusal_carries_its_complaint(
         untrusted._trial_run.cache_clear()
 
 
+@needs_sandbox
+def test_a_kernel_without_pidfds_is_refused_and_the_trial_leaves_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    def no_pidfds(pid: int) -> int:
+        raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
+
+    mark = 16 * 2**20 + secrets.randbelow(2**20)  # the trial run's scratch size, its mark
+    monkeypatch.setattr(untrusted, "SandboxLimits",
+                        lambda: SandboxLimits(scratch_bytes=mark))
+    monkeypatch.setattr(os, "pidfd_open", no_pidfds)
+    untrusted._trial_run.cache_clear()
+    try:
+        assert sandbox_problem() == "it cannot start here: [Errno 38] Function not implemented"
+    finally:
+        untrusted._trial_run.cache_clear()
+    for _ in range(50):  # the trial's bubblewrap was killed, not awaited
+        if processes_marked(mark) == []:
+            break
+        time.sleep(0.1)
+    assert processes_marked(mark) == []
+
+
 # ---------------------------------------------------------------------------------------------
 # The filter's program, run by a small BPF interpreter, on both machines it knows
 
