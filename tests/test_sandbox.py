@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import platform
-import resource
 import secrets
 import shutil
 import socket
@@ -41,6 +40,8 @@ NUMBERS = untrusted._SYSCALLS.get(platform.machine(), (0, {}))[1]
 
 def parent_state() -> tuple[object, ...]:
     """What a run must leave as it was: the parent's limits, environment and descriptors."""
+    import resource  # here: Windows has none, and there only the refusal is tested
+
     limits = {name: resource.getrlimit(getattr(resource, name))
               for name in dir(resource) if name.startswith("RLIMIT_")}
     return limits, dict(os.environ), sorted(os.listdir("/proc/self/fd"))
@@ -74,7 +75,8 @@ def run(code: str, **limits: Any) -> dict[str, str]:
 
 # ---------------------------------------------------------------------------------------------
 # The attempts, each refused by the kernel. `{pid}` is the parent's process ID, `{cwd}` its
-# folder, and `{home}` its user's home folder, as an attacker who guessed them would write.
+# folder, `{repo}` this repository and `{home}` its user's home folder, as an attacker who
+# guessed them would write them.
 
 ESCAPES = {
     # The file system: nothing of the host's but the interpreter, and that read-only.
