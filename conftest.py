@@ -24,9 +24,10 @@ os.environ["PYTHONHASHSEED"] = "0"
 # cores busy to the end. The slowest files, as `pytest --durations` shows them, are handed out
 # first, longest first. And each test in SPREAD_FILES is a unit of its own: grading one
 # fixture submission takes about two seconds, so the fixtures, handed out one at a time
-# after the long files, even out what those left uneven.
+# after the long files, even out what those left uneven; the sandbox's attempts, a few
+# hundredths of a second each, are independent of one another too.
 
-SPREAD_FILES = ("tests/test_grading.py",)
+SPREAD_FILES = ("tests/test_grading.py", "tests/test_sandbox.py")
 # First of all, one test that needs the autograder zips, so that one worker builds them (about
 # 7 s of otter assign) while the other starts on the long files; built later, when both
 # workers reach the grading tests, the other worker would wait for them idle.

@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from functools import wraps
-from typing import Any
+from typing import Any, BinaryIO
 from agentbook.anatomy import (
     Gate,
     Observation,
@@ -24,8 +24,14 @@ from agentbook.anatomy import (
 from agentbook.durable import keyed_refunds
 import os
 import sys
-import tempfile
 from pathlib import Path
+import functools
+import glob
+import platform
+import struct
+import shutil
+import contextlib
+import time
 
 __all__ = [
     "Owner",
@@ -53,10 +59,9 @@ __all__ = [
     "Schema",
     "quarantined_reader",
     "quarantine_tools",
-    "SANDBOX_RESOLVE",
-    "SANDBOX_GUARD",
-    "SANDBOX_MAIN",
     "SandboxLimits",
+    "SANDBOX_MAIN",
+    "sandbox_problem",
     "run_sandboxed",
     "sandboxed_python_tool",
 ]
@@ -559,102 +564,44 @@ def quarantine_tools(tools: dict[str, ToolSpec],
             for name, spec in tools.items()}
 
 
-# From chapters/03_untrusted.ipynb, cell sandbox-resolve
-# The path resolver the guard uses. It holds its own references to the
-# operating system's functions, so code that replaces os.path.realpath,
-# os.readlink or a builtin after it starts cannot make it lie. Opening a
-# folder outside the scratch folder is refused too (see folder below).
-SANDBOX_RESOLVE = r'''
-import posix
-def real(path, *, readlink=posix.readlink, getcwd=posix.getcwd,
-         fspath=posix.fspath, kind=type, text=str, Error=OSError):
-    path = fspath(path)
-    if kind(path) is not text:
-        path = path.decode("utf-8", "surrogateescape")
-    parts = (path if path.startswith("/") else getcwd() + "/" + path)
-    parts, done, hops = parts.split("/"), "", 0
-    while parts:
-        part = parts.pop(0)
-        if part in ("", "."):
-            continue
-        if part == "..":
-            done = done.rpartition("/")[0]
-            continue
-        try:
-            link = readlink(done + "/" + part)
-        except Error:  # not a link, or not there yet: keep the name
-            done = done + "/" + part
-            continue
-        hops += 1
-        if hops > 40:
-            return "/"  # a loop of links resolves to nothing allowed
-        parts[:0] = link.split("/")
-        done = "" if link.startswith("/") else done
-    return done or "/"
-def folder(path, *, stat=posix.stat, kind=0o170000, Error=OSError):
-    try:  # a folder's descriptor would let a relative path go anywhere
-        return stat(path).st_mode & kind == 0o040000
-    except Error:
-        return False
-'''
+# From chapters/03_untrusted.ipynb, cell sandbox-tool
+@dataclass(frozen=True)
+class SandboxLimits:
+    """What one sandboxed run may use. Every limit has a default."""
 
+    cpu_seconds: int = 1
+    wall_seconds: float = 30.0
+    memory_bytes: int = 256 * 2**20
+    output_bytes: int = 16 * 2**10
+    scratch_bytes: int = 16 * 2**20
 
-# From chapters/03_untrusted.ipynb, cell sandbox-hook
-# The guard: all the hook uses is bound as keyword defaults when it is made.
-SANDBOX_GUARD = r'''
-import os, sys
-def guard(scratch, library):
-    refused = ("socket.", "subprocess.", "os.system", "os.exec", "os.spawn",
-               "os.posix_spawn", "os.fork", "os.forkpty", "os.kill",
-               "os.killpg", "signal.pthread_kill", "ctypes.", "gc.get_",
-               "os.link", "os.symlink", "mmap.", "os.chdir", "os.chroot")
-    banned = frozenset({"ctypes", "_ctypes", "_posixsubprocess", "socket",
-                        "_socket", "subprocess", "multiprocessing",
-                        "_multiprocessing"})
-    moves = ("os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod",
-             "os.chown", "os.truncate", "os.utime", "shutil.")
-    def inside(path, root, *, real=real, kind=isinstance, text=(str, bytes,
-               os.PathLike), sep=os.sep):
-        return kind(path, text) and (real(path) == root or real(
-            path).startswith(root + sep))  # a descriptor is never inside
-    def hook(event, args, *, inside=inside, scratch=scratch, library=library,
-             folder=folder,
-             packages=os.path.join(library, "site-packages"), banned=banned,
-             refused=refused, moves=moves, writing=os.O_WRONLY | os.O_RDWR |
-             os.O_CREAT | os.O_APPEND | os.O_TRUNC, Error=PermissionError,
-             fixed=("__code__", "__defaults__", "__kwdefaults__")):
-        if event.startswith(refused) or (event == "object.__setattr__"
-                                         and args[1] in fixed):
-            raise Error(f"sandbox: {event} refused")
-        if event == "import" and args[0].split(".")[0] in banned:
-            raise Error(f"sandbox: import of {args[0]} refused")
-        if event == "open" and not inside(args[0], scratch) and (
-                (args[2] or 0) & writing or not inside(args[0], library)
-                or inside(args[0], packages) or folder(args[0])):
-            raise Error(f"sandbox: open {args[0]!r} refused")
-        if event.startswith(moves) and not inside(args[0], scratch) or (
-                event in ("os.listdir", "os.scandir") and not (inside(
-                    args[0], scratch) or inside(args[0], library))):
-            raise Error(f"sandbox: {event} {args[0]!r} refused")
-    return hook
-'''
+    def __post_init__(self) -> None:
+        whole = (self.cpu_seconds, self.memory_bytes, self.output_bytes,
+                 self.scratch_bytes)
+        if not all(type(value) is int and value > 0 for value in whole):
+            raise ValueError("cpu_seconds, memory_bytes, output_bytes and "
+                             "scratch_bytes must be positive whole numbers")
+        if type(self.wall_seconds) not in (int, float) or not (
+                0 < self.wall_seconds < float("inf")):
+            raise ValueError("wall_seconds must be a positive number")
 
 
 # From chapters/03_untrusted.ipynb, cell sandbox-run
-# Then the limits, and the model's code, read from standard input.
+# The child's first lines: its limits, then the model's code from standard
+# input. Hard limits can be lowered but never raised, so they stay.
 SANDBOX_MAIN = r'''
-import resource
+import resource, sys
 def limit(kind, value):
     resource.setrlimit(kind, (value, value))
-cpu, memory, output = (int(value) for value in sys.argv[3:6])
-code = sys.stdin.read()
+cpu, memory, scratch = (int(value) for value in sys.argv[1:4])
 limit(resource.RLIMIT_CORE, 0)
 limit(resource.RLIMIT_NOFILE, 64)
-resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+limit(resource.RLIMIT_NPROC, 64)
+limit(resource.RLIMIT_FSIZE, scratch)
 limit(resource.RLIMIT_AS, memory)
-limit(resource.RLIMIT_FSIZE, output)
-sys.addaudithook(guard(os.path.realpath(sys.argv[1]), sys.argv[2]))
-del guard, limit, real, folder, resource
+resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+del limit, resource
+code = sys.stdin.read()
 try:
     exec(compile(code, "<sandbox>", "exec"), {"__name__": "__main__"})
 except BaseException as error:  # report it the way a script would end
@@ -666,109 +613,277 @@ except BaseException as error:  # report it the way a script would end
 '''
 
 
-# From chapters/03_untrusted.ipynb, cell sandbox-tool
-@dataclass(frozen=True)
-class SandboxLimits:
-    """What one sandboxed run may use. Every limit has a default."""
-
-    cpu_seconds: int = 1
-    wall_seconds: float = 30.0
-    memory_bytes: int = 256 * 2**20
-    output_bytes: int = 16 * 2**10
-
-    def __post_init__(self) -> None:
-        whole = (self.cpu_seconds, self.memory_bytes, self.output_bytes)
-        if not all(type(value) is int and value > 0 for value in whole):
-            raise ValueError("cpu_seconds, memory_bytes and output_bytes must "
-                             "be positive whole numbers")
-        if type(self.wall_seconds) not in (int, float) or not (
-                0 < self.wall_seconds < float("inf")):
-            raise ValueError("wall_seconds must be a positive number")
+# From chapters/03_untrusted.ipynb, cell sandbox-files
+_LOADER_CACHE = "/etc/ld.so.cache"
 
 
-def _stdlib_folder() -> str:
-    """The folder of the standard library, which the child may read."""
-    return os.path.dirname(os.path.realpath(os.__file__))
+@functools.cache
+def _python_files() -> tuple[str, list[str], list[str]]:
+    """The interpreter, then the files and folders it needs: all of the
+    host the child sees, each bound read-only where it is outside.
+
+    The interpreter is the one a virtual environment was made from, so
+    the environment's packages stay out. The interpreter says where its
+    standard library is; the loader says which libraries it and its
+    compiled modules need.
+    """
+    import subprocess  # here: the page's Python cannot start a process
+    python = os.path.realpath(getattr(sys, "_base_executable", "")
+                              or sys.executable)
+    where = subprocess.run([python, "-I", "-S", "-c",
+                            "import sys; print(*sys.path, sep='\\n')"],
+                           capture_output=True, text=True, check=True)
+    folders = [path for path in where.stdout.splitlines()
+               if os.path.isdir(path)]
+    modules = [module for folder in folders
+               for module in sorted(glob.glob(os.path.join(folder, "*.so")))]
+    linked = subprocess.run(["ldd", python, *modules], capture_output=True,
+                            text=True).stdout
+    files = {python, *re.findall(r"(/\S+) \(0x", linked)}
+    if Path(_LOADER_CACHE).exists():
+        files.add(_LOADER_CACHE)
+    return python, sorted(files), folders
 
 
-def _child_command(scratch: str, limits: SandboxLimits) -> list[str]:
-    """The isolated interpreter's command line: no site, no environment."""
-    numbers = [str(limits.cpu_seconds), str(limits.memory_bytes),
-               str(limits.output_bytes)]
-    child = SANDBOX_RESOLVE + SANDBOX_GUARD + SANDBOX_MAIN
-    return [sys.executable, "-I", "-S", "-u", "-X", "utf8", "-c", child,
-            scratch, _stdlib_folder(), *numbers]
+# From chapters/03_untrusted.ipynb, cell sandbox-filter
+# Each machine's audit architecture and its numbers for the calls the filter
+# names (the kernel's system-call tables).
+_SYSCALLS = {
+    "x86_64": (0xC000003E, {
+        "clone": 56, "clone3": 435, "fork": 57, "vfork": 58, "ptrace": 101,
+        "add_key": 248, "request_key": 249, "keyctl": 250, "memfd_create": 319,
+        "shmget": 29, "msgget": 68, "io_uring_setup": 425, "bpf": 321,
+        "userfaultfd": 323, "perf_event_open": 298}),
+    "aarch64": (0xC00000B7, {
+        "clone": 220, "clone3": 435, "ptrace": 117, "add_key": 217,
+        "request_key": 218, "keyctl": 219, "memfd_create": 279, "shmget": 194,
+        "msgget": 186, "io_uring_setup": 425, "bpf": 280, "userfaultfd": 282,
+        "perf_event_open": 241}),
+}
+
+
+def _seccomp_filter(machine: str) -> bytes:
+    """The filter's BPF program, in steps of (operation, jump if true, jump
+    if false, operand). A call through another architecture ends the
+    process; x32 calls and the named ones get EPERM, clone3 ENOSYS (threads
+    then fall back to clone); clone passes only with CLONE_THREAD."""
+    arch, number = _SYSCALLS[machine]
+    load, equal, at_least, has_bits, answer = 0x20, 0x15, 0x35, 0x45, 0x06
+    allow, kill, refuse, absent = 0x7FFF0000, 0x80000000, 0x50001, 0x50026
+    steps = [(load, 0, 0, 4), (equal, 1, 0, arch), (answer, 0, 0, kill),
+             (load, 0, 0, 0)]  # the architecture, then the call's number
+    if machine == "x86_64":
+        steps += [(at_least, 0, 1, 0x40000000), (answer, 0, 0, refuse)]
+    for name, value in number.items():
+        if name != "clone":
+            error = absent if name == "clone3" else refuse
+            steps += [(equal, 0, 1, value), (answer, 0, 0, error)]
+    steps += [(equal, 0, 2, number["clone"]), (load, 0, 0, 16),  # its flags
+              (has_bits, 0, 1, 0x10000), (answer, 0, 0, allow),
+              (answer, 0, 0, refuse)]
+    return b"".join(struct.pack("=HBBI", *step) for step in steps)
+
+
+# From chapters/03_untrusted.ipynb, cell sandbox-command
+def _bwrap_command(limits: SandboxLimits, seccomp: int, info: int,
+                   start: int) -> list[str]:
+    """bubblewrap's command line: new namespaces, the interpreter's files
+    read-only and nothing else of the host, and /scratch to write in.
+    ``seccomp``, ``info`` and ``start`` are the descriptors of the filter,
+    of where bubblewrap writes its first process's ID, and of the signal
+    to start the child."""
+    python, files, folders = _python_files()
+    command = [str(shutil.which("bwrap")), "--unshare-user", "--unshare-pid",
+               "--unshare-net", "--unshare-ipc", "--unshare-uts",
+               "--unshare-cgroup-try", "--uid", "65534", "--gid", "65534",
+               "--disable-userns", "--cap-drop", "ALL", "--new-session",
+               "--die-with-parent", "--clearenv", "--hostname", "sandbox",
+               "--seccomp", str(seccomp), "--info-fd", str(info),
+               "--block-fd", str(start)]
+    for path in [*files, *folders]:
+        command += ["--ro-bind", path, path]
+    for packages in (os.path.join(folder, "site-packages")
+                     for folder in folders):
+        if os.path.isdir(packages):  # installed packages stay out
+            command += ["--tmpfs", packages, "--remount-ro", packages]
+    command += ["--dev", "/dev", "--remount-ro", "/dev",
+                "--size", str(limits.scratch_bytes), "--tmpfs", "/scratch",
+                "--remount-ro", "/", "--chdir", "/scratch", "--", python,
+                "-I", "-S", "-u", "-X", "utf8", "-c", SANDBOX_MAIN]
+    return command + [str(limits.cpu_seconds), str(limits.memory_bytes),
+                      str(limits.scratch_bytes)]
+
+
+# From chapters/03_untrusted.ipynb, cell sandbox-collect
+def _read_output(stream: BinaryIO,
+                 limits: SandboxLimits) -> tuple[bytes, str | None]:
+    """What the child printed, up to the limit, and why reading stopped
+    early: "wall" (out of time), "output" (too much), None (it ended)."""
+    import select  # here and below: the page's Python lacks them
+    deadline, output = time.monotonic() + limits.wall_seconds, bytearray()
+    waiting = select.poll()
+    waiting.register(stream, select.POLLIN)
+    while len(output) <= limits.output_bytes:
+        left = deadline - time.monotonic()
+        if left <= 0 or not waiting.poll(left * 1000):
+            return bytes(output), "wall"
+        chunk = os.read(stream.fileno(), 65536)
+        if not chunk:  # every process that could write has ended
+            return bytes(output), None
+        output += chunk
+    return bytes(output[:limits.output_bytes]), "output"
+
+
+def _pipe(ends: contextlib.ExitStack) -> tuple[BinaryIO, BinaryIO]:
+    """A pipe's two ends, as files that ``ends`` closes."""
+    read, write = os.pipe()
+    return (ends.enter_context(open(read, "rb", buffering=0)),
+            ends.enter_context(open(write, "wb", buffering=0)))
+
+
+def _namespace_init(info: BinaryIO) -> int | None:
+    """A pidfd for the namespace's first process, whose ID bubblewrap
+    writes to ``info``; None if bubblewrap ended before it started one."""
+    try:
+        return os.pidfd_open(json.loads(info.read())["child-pid"])
+    except (ValueError, KeyError, ProcessLookupError):
+        return None
 
 
 # From chapters/03_untrusted.ipynb, cell sandbox-outcome
-def _sandbox_problem() -> str | None:
-    """Why this Python cannot run the sandbox, or None if it can."""
-    if sys.platform in ("emscripten", "wasi"):
-        return "the sandbox starts a process, which WebAssembly Python cannot"
-    if os.name != "posix":
-        return "the sandbox needs POSIX resource limits"
-    return None
-
-
-def _ending(returncode: int | None, output_size: int,
-            limits: SandboxLimits) -> tuple[str, str]:
-    """``(status, reason)`` for how the child ended; None: it timed out."""
+def _end_namespace(init: int | None) -> None:
+    """Kill the namespace's first process, and so, by the kernel's rule,
+    every process in it; return once it is gone."""
+    import select
     import signal
-    if returncode is None:
+    if init is None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        signal.pidfd_send_signal(init, signal.SIGKILL)
+    waiting = select.poll()
+    waiting.register(init, select.POLLIN)
+    waiting.poll()  # a pidfd reads as ready once its process has ended
+    os.close(init)
+
+
+def _ending(returncode: int, stopped: str | None,
+            limits: SandboxLimits) -> tuple[str, str]:
+    """``(status, reason)`` for how the run ended, in words for the model.
+    bubblewrap reports a child killed by signal N as status 128 + N; code
+    that exits with such a status fools only the model that wrote it."""
+    import signal
+    killed = {value.value: value.name for value in signal.Signals}.get(
+        returncode - 128)
+    if stopped == "wall":
         return "stopped", f"ran longer than {limits.wall_seconds:g} s"
-    if returncode == -signal.SIGXCPU:
+    if stopped == "output":
+        return "stopped", f"wrote more than {limits.output_bytes} bytes"
+    if killed == "SIGXCPU":
         return "stopped", (f"used more than {limits.cpu_seconds} s of "
                            "processor time")
-    if output_size >= limits.output_bytes:
-        return "stopped", f"wrote more than {limits.output_bytes} bytes"
-    if returncode < 0:
-        return "stopped", f"killed by {signal.Signals(-returncode).name}"
+    if killed is not None:
+        return "stopped", f"killed by {killed}"
     if returncode != 0:
         return "failed", f"exited with status {returncode}"
     return "completed", "exited normally"
 
 
 # From chapters/03_untrusted.ipynb, cell sandbox-run-one
-def run_sandboxed(code: str, limits: SandboxLimits) -> dict[str, str]:
-    """Run ``code`` in a fresh isolated interpreter under ``limits``.
-
-    The child starts in an empty scratch folder, made for this run and
-    deleted after it; its output goes to a file beside that folder, which
-    the output limit caps. Returns the status, the reason and the output.
-    """
+def _run(code: str, limits: SandboxLimits) -> dict[str, str]:
+    """One run under bubblewrap. The code goes in as a file in memory, the
+    output comes back through a pipe: the run leaves nothing on the disk."""
+    import signal
     import subprocess
-    if (problem := _sandbox_problem()) is not None:
-        raise OSError(problem)
-    with tempfile.TemporaryDirectory(prefix="agentbook-sandbox-") as folder:
-        scratch, log = Path(folder, "scratch"), Path(folder, "output")
-        scratch.mkdir()
-        with log.open("wb") as sink:
-            try:
-                returncode: int | None = subprocess.run(
-                    _child_command(str(scratch), limits), input=code.encode(),
-                    stdout=sink, stderr=subprocess.STDOUT, cwd=scratch,
-                    env={}, start_new_session=True,
-                    timeout=limits.wall_seconds).returncode
-            except subprocess.TimeoutExpired:
-                returncode = None
-        data = log.read_bytes()[:limits.output_bytes]
-    status, reason = _ending(returncode, len(data), limits)
+    with contextlib.ExitStack() as ends:
+        code_file = ends.enter_context(
+            open(os.memfd_create("code"), "wb", buffering=0))
+        code_file.write(code.encode())  # the child gets it read-only:
+        code_in = ends.enter_context(open(  # a second opening of the file
+            f"/proc/self/fd/{code_file.fileno()}", "rb", buffering=0))
+        (seccomp, to_seccomp), (from_info, info), (start, go), (
+            from_child, output) = (_pipe(ends) for _ in range(4))
+        to_seccomp.write(_seccomp_filter(platform.machine()))
+        to_seccomp.close()
+        bwrap_ends = [seccomp.fileno(), info.fileno(), start.fileno()]
+        init: int | None = None
+        bwrap = ends.enter_context(subprocess.Popen(
+            _bwrap_command(limits, *bwrap_ends), stdin=code_in,
+            stdout=output, stderr=output, pass_fds=bwrap_ends, env={},
+            start_new_session=True))
+        try:  # however the run ends, even interrupted, its namespace ends
+            for end in (seccomp, info, start, output):
+                end.close()  # bubblewrap holds its own copies now
+            init = _namespace_init(from_info)
+            with contextlib.suppress(BrokenPipeError):
+                go.write(b"go")
+            printed, stopped = _read_output(from_child, limits)
+        finally:
+            if init is None:  # not started: the child waits in bwrap's group
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(bwrap.pid, signal.SIGKILL)
+            _end_namespace(init)
+        returncode = bwrap.wait()
+    status, reason = _ending(returncode, stopped, limits)
     return {"status": status, "reason": reason,
-            "output": data.decode("utf-8", errors="replace")}
+            "output": printed.decode("utf-8", errors="replace")}
+
+
+# From chapters/03_untrusted.ipynb, cell sandbox-problem
+def sandbox_problem() -> str | None:
+    """Why this Python cannot run the sandbox, or None when it can.
+
+    It needs Linux, a machine the filter knows, bubblewrap, ``ldd`` and
+    user namespaces; one trial run shows that they work.
+    """
+    machine = platform.machine()
+    if sys.platform in ("emscripten", "wasi"):
+        return "WebAssembly's Python cannot start a process"
+    if sys.platform != "linux":
+        return f"it needs Linux's namespaces, and this is {sys.platform}"
+    if machine not in _SYSCALLS:
+        return f"its filter knows x86_64 and aarch64, not {machine}"
+    if shutil.which("bwrap") is None:
+        return ("bubblewrap is not installed (apt-get install bubblewrap, "
+                "dnf install bubblewrap or pacman -S bubblewrap)")
+    if shutil.which("ldd") is None:
+        return "ldd, which finds the libraries Python loads, is not installed"
+    return _trial_run()
+
+
+@functools.cache
+def _trial_run() -> str | None:
+    """Run one line in the sandbox: None, or bubblewrap's own complaint."""
+    try:
+        seen = _run("print('ok')", SandboxLimits())
+    except OSError as error:  # a kernel before Linux 5.3 has no pidfd
+        return f"it cannot start here: {error}"
+    if seen["output"] == "ok\n":
+        return None
+    lines = seen["output"].strip().splitlines() or [seen["reason"]]
+    return (f"bubblewrap (0.8 or later, with user namespaces) cannot start "
+            f"it here: {lines[-1]}")
 
 
 # From chapters/03_untrusted.ipynb, cell sandboxed-python-tool
+def run_sandboxed(code: str, limits: SandboxLimits) -> dict[str, str]:
+    """Run ``code`` in a fresh sandbox under ``limits``, or refuse where
+    no sandbox can run. Returns the status, the reason and the output."""
+    if (problem := sandbox_problem()) is not None:
+        raise OSError(f"no sandbox here: {problem}")
+    return _run(code, limits)
+
+
 def sandboxed_python_tool(**limits: Any) -> ToolSpec:
     """A tool that runs model-written Python in the sandbox.
 
     Its one argument, ``code``, is the program. Keyword options override
     ``SandboxLimits``' defaults (``cpu_seconds=2``, say). The tool counts
-    as a read: whatever the code writes goes to a scratch folder that is
-    deleted when the run ends. Needs Linux or macOS, not WebAssembly.
+    as a read: whatever the code writes goes to a scratch folder that ends
+    with the run. Needs Linux with bubblewrap; elsewhere it refuses.
     """
     chosen = SandboxLimits(**limits)
-    if (problem := _sandbox_problem()) is not None:
-        raise OSError(problem)
+    if (problem := sandbox_problem()) is not None:
+        raise OSError(f"no sandbox here: {problem}")
     return ToolSpec(
         "Run a Python program and return what it prints. No files outside "
         "its working folder, no network, about "

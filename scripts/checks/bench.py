@@ -1,6 +1,6 @@
 """Time what the book's speed targets are about; rerun it and quote medians.
 
-    python -m scripts.checks.bench chapter|tests|commands|import|loop|live [--runs N]
+    python -m scripts.checks.bench chapter|tests|commands|import|loop|live|sandbox [--runs N]
     python -m scripts.checks.bench grading [--count 200] [--workers N] [--csv FILE]
                                             [--timeout 60] [--test-timeout 10]
 
@@ -12,6 +12,8 @@ most 2 MB per chapter page; from the first click on a cold page the first output
 within 6 s, and within 3 s with Python in the browser's cache. grading reports submissions
 a minute and the slowest submission for a class copied from the fixture submissions, 5% of
 them one whose function never returns, graded as `grading class` grades without Docker.
+sandbox reports what one run of a short program in Chapter 3's sandbox costs, against starting
+the same interpreter bare.
 Shared machines are noisy: it reports the median and spread, and for commands the processor
 time too, which load inflates less.
 """
@@ -174,6 +176,30 @@ def bench_import(python: str, runs: int) -> None:
     heavy, chapters = loaded.stdout.strip().split("] [")
     print(f"{'heavy modules that import agentbook loads':44} {heavy}]", flush=True)
     print(f"{'chapter modules that import agentbook loads':44} [{chapters}", flush=True)
+
+
+def bench_sandbox(runs: int) -> None:
+    """One run of `print(1)` in Chapter 3's sandbox, against the same interpreter started bare
+    (`-I -S`), the two interleaved so that load elsewhere falls on both alike."""
+    from agentbook.untrusted import SandboxLimits, _python_files, run_sandboxed, sandbox_problem
+
+    if (problem := sandbox_problem()) is not None:
+        raise SystemExit(f"no sandbox here: {problem}")
+    python, limits = _python_files()[0], SandboxLimits()
+    cases: dict[str, Callable[[], object]] = {
+        "python -I -S -c 'print(1)'": lambda: subprocess.run(
+            [python, "-I", "-S", "-c", "print(1)"], check=True, capture_output=True),
+        "run_sandboxed('print(1)')": lambda: run_sandboxed("print(1)", limits),
+    }
+    seconds: dict[str, list[float]] = {label: [] for label in cases}
+    for _ in range(runs):
+        for label, action in cases.items():
+            seconds[label].append(timed(action))
+    for label, values in seconds.items():
+        report(label, values, "ms", 1000)
+    ratio = statistics.median(seconds["run_sandboxed('print(1)')"]) / statistics.median(
+        seconds["python -I -S -c 'print(1)'"])
+    print(f"{'sandboxed over bare':44} {ratio:7.2f} times", flush=True)
 
 
 def bare_loop(task: str, model: Any, tools: dict[str, Any], gate: Any) -> list[dict[str, Any]]:
@@ -427,9 +453,10 @@ def bench_grading(count: int, workers: int, grades: Path | None, timeout: float,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=["chapter", "tests", "commands", "import", "loop", "live",
-                                         "grading"])
+                                         "grading", "sandbox"])
     parser.add_argument("--runs", type=int, help="samples to take the median of (default: "
-                        "3 for commands, 5 for chapter and tests, 21 for import, 51 for loop)")
+                        "3 for commands, 5 for chapter and tests, 21 for import and sandbox, "
+                        "51 for loop)")
     parser.add_argument("--python", default="python3", help="interpreter for the README commands")
     parser.add_argument("--book", type=Path, default=ROOT / "_book",
                         help="for live: the rendered book to serve")
@@ -443,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--test-timeout", type=float, default=10,
                         help="for grading: each test's limit, as `grading class --test-timeout`")
     args = parser.parse_args(argv)
-    default_runs = {"commands": 3, "import": 21, "loop": 51}.get(args.what, 5)
+    default_runs = {"commands": 3, "import": 21, "sandbox": 21, "loop": 51}.get(args.what, 5)
     runs = args.runs if args.runs is not None else default_runs
     if min(runs, args.count, args.workers) < 1:
         parser.error("--runs, --count and --workers must be at least 1")
@@ -453,6 +480,7 @@ def main(argv: list[str] | None = None) -> int:
         "commands": lambda: bench_commands(args.python, runs, args.installer),
         "import": lambda: bench_import(sys.executable, runs),
         "loop": lambda: bench_loop(runs),
+        "sandbox": lambda: bench_sandbox(runs),
         "live": lambda: bench_live(args.book, runs),
         "grading": lambda: bench_grading(args.count, args.workers, args.csv, args.timeout,
                                          args.test_timeout),
