@@ -63,9 +63,9 @@ __all__ = [
     "keyed_refunds",
     "make_keyed_environment",
     "Journal",
-    "lock_journal",
     "CRASH_POINTS",
     "CrashAt",
+    "lock_journal",
     "JOURNAL_FORMAT",
     "run_durably",
     "recover_run",
@@ -703,33 +703,6 @@ class Journal:
         return _parsed(self.path) if self.path.exists() else []
 
 
-# From chapters/02_durable.ipynb, cell journal-lock
-@contextmanager
-def lock_journal(journal: Journal) -> Iterator[None]:
-    """Hold ``journal`` for one run or recovery; a second holder is refused.
-
-    Where there is no working ``flock`` (Windows, or Python in a browser,
-    where it succeeds without locking), nothing is locked.
-    """
-    try:
-        import fcntl
-    except ImportError:
-        fcntl = None  # type: ignore[assignment]
-    if fcntl is None or sys.platform == "emscripten":
-        yield
-        return
-    created = not journal.path.exists()
-    with journal.path.open("a", encoding="utf-8") as handle:
-        if created:
-            _sync_folder(journal.path.parent)
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ValueError(f"journal {journal.path.name} is in use by "
-                             "another process") from None
-        yield
-
-
 # From chapters/02_durable.ipynb, cell crash-at
 CRASH_POINTS = ("before_intent", "after_intent", "after_effect",
                 "after_outcome", "after_observation")
@@ -885,6 +858,33 @@ def _durable_loop(run: _Durable, state: RunState, model: Any,
         state.prompt_token_log.append(size)
         state.turns += 1
         run.journal.append({"kind": "state", "state": _state_data(state)})
+
+
+# From chapters/02_durable.ipynb, cell journal-lock
+@contextmanager
+def lock_journal(journal: Journal) -> Iterator[None]:
+    """Hold ``journal`` for one run or recovery; a second holder is refused.
+
+    Where there is no working ``flock`` (Windows, or Python in a browser,
+    where it succeeds without locking), nothing is locked.
+    """
+    try:
+        import fcntl
+    except ImportError:
+        fcntl = None  # type: ignore[assignment]
+    if fcntl is None or sys.platform == "emscripten":
+        yield
+        return
+    created = not journal.path.exists()
+    with journal.path.open("a", encoding="utf-8") as handle:
+        if created:
+            _sync_folder(journal.path.parent)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(f"journal {journal.path.name} is in use by "
+                             "another process") from None
+        yield
 
 
 # From chapters/02_durable.ipynb, cell run-durably
