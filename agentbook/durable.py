@@ -18,17 +18,17 @@ from agentbook.anatomy import (
     execute_call,
     parse_tool_calls,
     validate_call,
-    _checked_state,
-    _saved_observation,
-    _strict_json,
-    RUN_STATE_FORMAT,
     _fingerprint,
     _record,
     _ask,
     _denials_so_far,
     estimate_tokens,
+    RUN_STATE_FORMAT,
     SYSTEM_PROMPT,
+    _checked_state,
+    _saved_observation,
     make_environment,
+    _strict_json,
     Gate,
     _skip,
 )
@@ -49,22 +49,22 @@ __all__ = [
     "ApprovalPolicy",
     "call_digest",
     "ApprovalRequest",
-    "ApprovalDecision",
-    "approve",
-    "deny",
     "PAUSED_FORMAT",
     "PausedRun",
     "run_with_approvals",
     "continue_with_approvals",
+    "paused_from_json",
+    "ApprovalDecision",
+    "approve",
+    "deny",
+    "resume_with_decisions",
+    "Crash",
     "Lookup",
     "keyed_refunds",
     "make_keyed_environment",
-    "resume_with_decisions",
-    "paused_from_json",
-    "CRASH_POINTS",
-    "Crash",
-    "CrashAt",
     "Journal",
+    "CRASH_POINTS",
+    "CrashAt",
     "lock_journal",
     "JOURNAL_FORMAT",
     "run_durably",
@@ -145,39 +145,6 @@ class ApprovalRequest:
     arguments: dict[str, Any]
     digest: str
     reason: str = ""
-
-
-# From chapters/02_durable.ipynb, cell approval-decision
-@dataclass(frozen=True)
-class ApprovalDecision:
-    """A reviewer's answer to one request, tied to it by its digest."""
-
-    call_id: str
-    digest: str
-    approved: bool
-    reviewer: str
-    reason: str
-
-
-def _named(text: Any, what: str) -> str:
-    """``text`` if it is a non-empty string, else a ValueError naming it."""
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"{what} must be a non-empty string")
-    return text
-
-
-def approve(request: ApprovalRequest, reviewer: str) -> ApprovalDecision:
-    """Approve exactly this request, in the name of ``reviewer``."""
-    return ApprovalDecision(request.call_id, request.digest, True,
-                            _named(reviewer, "reviewer"), "approved")
-
-
-def deny(request: ApprovalRequest, reviewer: str,
-         reason: str) -> ApprovalDecision:
-    """Deny this request; the model reads ``reason`` as the denial."""
-    return ApprovalDecision(request.call_id, request.digest, False,
-                            _named(reviewer, "reviewer"),
-                            _named(reason, "reason"))
 
 
 # From chapters/02_durable.ipynb, cell paused-data
@@ -271,7 +238,11 @@ def _approval_step(run_id: str, state: RunState, proposals: list[ToolCall],
                    tools: dict[str, ToolSpec], policy: ApprovalPolicy,
                    limits: Limits, denials: Counter[str],
                    ) -> PausedRun | Stop | None:
-    """Act on one message: pause for approvals, stop if stuck, or go on."""
+    """Act on one message: pause for approvals, stop if stuck, or go on.
+
+    A call that needs a person but shares its id with another call of the
+    message is invalid: a decision names its request by call id.
+    """
     settled: list[Observation | None] = []
     requests: list[ApprovalRequest] = []
     ids = Counter(call.call_id for call in proposals)
@@ -298,8 +269,8 @@ def _approval_step(run_id: str, state: RunState, proposals: list[ToolCall],
 # From chapters/02_durable.ipynb, cell approval-loop-itself
 def _ask_model(model: Any, state: RunState) -> dict[str, Any]:
     """Chapter 1's ``_ask``; calls of a reply holding a value JSON lacks
-    carry the reason as their arguments, so every reading of the message,
-    a recovery's too, finds them invalid."""
+    carry the reason as their arguments, so every later reading of the
+    message, from a saved copy too, finds them invalid."""
     message, calls = _ask(model, state)
     if calls != parse_tool_calls(message):  # _ask refused them
         message["tool_calls"] = [{"id": c.call_id, "type": "function",
@@ -367,151 +338,6 @@ def continue_with_approvals(run_id: str, state: RunState, model: Any,
     if last.get("role") == "assistant" and not parse_tool_calls(last):
         raise ValueError("this run has finished: there is nothing to carry on")
     return _approval_loop(run_id, state, model, tools, policy, limits)
-
-
-# From chapters/02_durable.ipynb, cell keyed-imports
-Lookup = Callable[[str], Any]
-
-
-def _takes_key(spec: ToolSpec) -> bool:
-    """Whether the tool's handler accepts an ``idempotency_key``."""
-    return "idempotency_key" in inspect.signature(spec.handler).parameters
-
-
-# From chapters/02_durable.ipynb, cell keyed-refunds
-def keyed_refunds(effects: list[dict[str, Any]],
-                  ) -> tuple[Callable[..., dict[str, Any]], Lookup]:
-    """A refund handler over ``effects`` that honors idempotency keys.
-
-    The handler takes a keyword ``idempotency_key`` that the model never
-    sees (it is not in the schema). A key is applied at most once: a
-    repeat returns the first receipt and appends nothing, and a key reused
-    for another refund is a ValueError, and two threads sending one key
-    at once pay once. ``lookup(key)`` returns the arguments and receipt
-    recorded under a key, or None if none was.
-    """
-    applied: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
-    one_at_a_time = threading.Lock()  # the check and the payment, as one
-
-    def refund_order(order_id: str, amount_cents: int, *,
-                     idempotency_key: str | None = None) -> dict[str, Any]:
-        asked = {"order_id": order_id, "amount_cents": amount_cents}
-        with one_at_a_time:
-            if idempotency_key is not None and idempotency_key in applied:
-                first, receipt = applied[idempotency_key]
-                if first != asked:
-                    raise ValueError(f"idempotency key {idempotency_key} "
-                                     "was used for another refund")
-                return receipt
-            effects.append({"order_id": order_id,
-                            "refunded_cents": amount_cents})
-            if idempotency_key is not None:
-                applied[idempotency_key] = (asked, effects[-1])
-            return effects[-1]
-
-    def lookup(key: str) -> dict[str, Any] | None:
-        if key not in applied:
-            return None
-        asked, receipt = applied[key]
-        return {"arguments": asked, "receipt": receipt}
-
-    return refund_order, lookup
-
-
-# From chapters/02_durable.ipynb, cell keyed-environment
-def make_keyed_environment() -> tuple[dict[str, ToolSpec],
-                                      list[dict[str, Any]], Lookup]:
-    """Chapter 1's desk, its refunds keyed by ``keyed_refunds``."""
-    tools, effects = make_environment()
-    refund_order, lookup = keyed_refunds(effects)
-    tools["refund_order"] = replace(tools["refund_order"],
-                                    handler=refund_order)
-    return tools, effects, lookup
-
-
-# From chapters/02_durable.ipynb, cell resume-with-decisions
-def _matched(paused: PausedRun,
-             decisions: list[ApprovalDecision]) -> dict[str, ApprovalDecision]:
-    """Pair each decision with its request; refuse any mismatch."""
-    pending = {request.call_id: request for request in paused.requests}
-    chosen: dict[str, ApprovalDecision] = {}
-    for decision in decisions:
-        if not isinstance(decision, ApprovalDecision):
-            raise ValueError(f"not a decision: {decision!r}")
-        request = pending.get(decision.call_id)
-        if request is None or request.digest != decision.digest:
-            raise ValueError(f"the decision for {decision.call_id} matches "
-                             "no request of this paused run")
-        if decision.call_id in chosen:
-            raise ValueError(f"request {decision.call_id} is decided twice")
-        chosen[decision.call_id] = decision
-    missing = [call_id for call_id in pending if call_id not in chosen]
-    if missing:
-        raise ValueError(f"no decision for {', '.join(missing)}")
-    return chosen
-
-
-def _decided(call: ToolCall, decision: ApprovalDecision,
-             tools: dict[str, ToolSpec]) -> Observation:
-    """Run an approved call under its approval's key; deny the others."""
-    if not decision.approved:
-        return Observation(call.call_id, False, "denied",
-                           f"{decision.reviewer} denied it: {decision.reason}")
-    spec = tools[call.name]
-    key = f"approval/{decision.digest}"  # every replay sends the same key
-    keyed = replace(spec, handler=lambda **a: spec.handler(
-        **a, idempotency_key=key))
-    return execute_call(call, {call.name: keyed}, allow_all)
-
-
-# From chapters/02_durable.ipynb, cell approved-calls
-def _approved_calls(paused: PausedRun, chosen: dict[str, ApprovalDecision],
-                    tools: dict[str, ToolSpec]) -> list[ToolCall]:
-    """The pending message's calls, each waiting one exactly as decided."""
-    proposals = parse_tool_calls(paused.state.messages[-1])
-    if (paused.state.messages[-1].get("role") != "assistant"
-            or len(proposals) != len(paused.settled)):
-        raise ValueError("this paused run has been resumed already")
-    shown = {r.call_id: (r.name, r.arguments) for r in paused.requests}
-    for call, seen in zip(proposals, paused.settled, strict=True):
-        if seen is not None:
-            continue
-        decision = chosen.get(call.call_id)
-        digest = call_digest(paused.run_id, call.call_id, call.name,
-                             call.arguments or {})
-        if (decision is None or decision.digest != digest
-                or shown.get(call.call_id) != (call.name, call.arguments)):
-            raise ValueError(f"call {call.call_id} is not the call that "
-                             "was decided: its digest differs")
-        if decision.approved and not _takes_key(tools[call.name]):
-            raise ValueError(f"{call.name} takes no idempotency key: an "
-                             "approval could be spent twice")
-    return proposals
-
-
-# From chapters/02_durable.ipynb, cell resume-loop
-def resume_with_decisions(paused: PausedRun,
-                          decisions: list[ApprovalDecision], model: Any,
-                          tools: dict[str, ToolSpec], policy: ApprovalPolicy,
-                          limits: Limits = Limits()) -> RunResult | PausedRun:
-    """Apply one decision per request, then carry the run on.
-
-    Every decision must match a request, and every waiting call its
-    decision's digest, recomputed here; otherwise ValueError, before any
-    call runs. An approved call is sent with a key made from its digest.
-    """
-    chosen = _matched(paused, decisions)
-    proposals = _approved_calls(paused, chosen, tools)
-    state = paused.state
-    settled = [seen or _decided(call, chosen[call.call_id], tools)
-               for call, seen in zip(proposals, paused.settled, strict=True)]
-    _close(state, proposals, list(settled), None)
-    denials = _denials_so_far(state)
-    if any(seen.kind == "denied"
-           and denials[_fingerprint(call)] >= limits.repeated_denials
-           for call, seen in zip(proposals, settled, strict=True)):
-        return RunResult(Stop.NO_PROGRESS, None, state)
-    return _approval_loop(paused.run_id, state, model, tools, policy, limits)
 
 
 # From chapters/02_durable.ipynb, cell saved-text
@@ -609,31 +435,187 @@ def paused_from_json(text: str) -> PausedRun:
     return PausedRun(*_checked_paused(_loaded(text, "paused run")))
 
 
-# From chapters/02_durable.ipynb, cell crash-at
-CRASH_POINTS = ("before_intent", "after_intent", "after_effect",
-                "after_outcome", "after_observation")
+# From chapters/02_durable.ipynb, cell approval-decision
+@dataclass(frozen=True)
+class ApprovalDecision:
+    """A reviewer's answer to one request, tied to it by its digest."""
+
+    call_id: str
+    digest: str
+    approved: bool
+    reviewer: str
+    reason: str
 
 
+def _named(text: Any, what: str) -> str:
+    """``text`` if it is a non-empty string, else a ValueError naming it."""
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"{what} must be a non-empty string")
+    return text
+
+
+def approve(request: ApprovalRequest, reviewer: str) -> ApprovalDecision:
+    """Approve exactly this request, in the name of ``reviewer``."""
+    return ApprovalDecision(request.call_id, request.digest, True,
+                            _named(reviewer, "reviewer"), "approved")
+
+
+def deny(request: ApprovalRequest, reviewer: str,
+         reason: str) -> ApprovalDecision:
+    """Deny this request; the model reads ``reason`` as the denial."""
+    return ApprovalDecision(request.call_id, request.digest, False,
+                            _named(reviewer, "reviewer"),
+                            _named(reason, "reason"))
+
+
+# From chapters/02_durable.ipynb, cell resume-with-decisions
+def _matched(paused: PausedRun,
+             decisions: list[ApprovalDecision]) -> dict[str, ApprovalDecision]:
+    """Pair each decision with its request; refuse any mismatch."""
+    pending = {request.call_id: request for request in paused.requests}
+    chosen: dict[str, ApprovalDecision] = {}
+    for decision in decisions:
+        if not isinstance(decision, ApprovalDecision):
+            raise ValueError(f"not a decision: {decision!r}")
+        request = pending.get(decision.call_id)
+        if request is None or request.digest != decision.digest:
+            raise ValueError(f"the decision for {decision.call_id} matches "
+                             "no request of this paused run")
+        if decision.call_id in chosen:
+            raise ValueError(f"request {decision.call_id} is decided twice")
+        chosen[decision.call_id] = decision
+    missing = [call_id for call_id in pending if call_id not in chosen]
+    if missing:
+        raise ValueError(f"no decision for {', '.join(missing)}")
+    return chosen
+
+
+def _decided(call: ToolCall, decision: ApprovalDecision,
+             tools: dict[str, ToolSpec]) -> Observation:
+    """Run an approved call under its approval's key; deny the others."""
+    if not decision.approved:
+        return Observation(call.call_id, False, "denied",
+                           f"{decision.reviewer} denied it: {decision.reason}")
+    spec = tools[call.name]
+    key = f"approval/{decision.digest}"  # every replay sends the same key
+    keyed = replace(spec, handler=lambda **a: spec.handler(
+        **a, idempotency_key=key))
+    return execute_call(call, {call.name: keyed}, allow_all)
+
+
+# From chapters/02_durable.ipynb, cell approved-calls
+def _takes_key(spec: ToolSpec) -> bool:
+    """Whether the tool's handler accepts an ``idempotency_key``."""
+    return "idempotency_key" in inspect.signature(spec.handler).parameters
+
+
+def _approved_calls(paused: PausedRun, chosen: dict[str, ApprovalDecision],
+                    tools: dict[str, ToolSpec]) -> list[ToolCall]:
+    """The pending message's calls, each waiting one exactly as decided."""
+    proposals = parse_tool_calls(paused.state.messages[-1])
+    if (paused.state.messages[-1].get("role") != "assistant"
+            or len(proposals) != len(paused.settled)):
+        raise ValueError("this paused run has been resumed already")
+    shown = {r.call_id: (r.name, r.arguments) for r in paused.requests}
+    for call, seen in zip(proposals, paused.settled, strict=True):
+        if seen is not None:
+            continue
+        decision = chosen.get(call.call_id)
+        digest = call_digest(paused.run_id, call.call_id, call.name,
+                             call.arguments or {})
+        if (decision is None or decision.digest != digest
+                or shown.get(call.call_id) != (call.name, call.arguments)):
+            raise ValueError(f"call {call.call_id} is not the call that "
+                             "was decided: its digest differs")
+        if decision.approved and not _takes_key(tools[call.name]):
+            raise ValueError(f"{call.name} takes no idempotency key: an "
+                             "approval could be spent twice")
+    return proposals
+
+
+# From chapters/02_durable.ipynb, cell resume-loop
+def resume_with_decisions(paused: PausedRun,
+                          decisions: list[ApprovalDecision], model: Any,
+                          tools: dict[str, ToolSpec], policy: ApprovalPolicy,
+                          limits: Limits = Limits()) -> RunResult | PausedRun:
+    """Apply one decision per request, then carry the run on.
+
+    Every decision must match a request, and every waiting call its
+    decision's digest, recomputed here; otherwise ValueError, before any
+    call runs. An approved call is sent with a key made from its digest.
+    """
+    chosen = _matched(paused, decisions)
+    proposals = _approved_calls(paused, chosen, tools)
+    state = paused.state
+    settled = [seen or _decided(call, chosen[call.call_id], tools)
+               for call, seen in zip(proposals, paused.settled, strict=True)]
+    _close(state, proposals, list(settled), None)
+    denials = _denials_so_far(state)
+    if any(seen.kind == "denied"
+           and denials[_fingerprint(call)] >= limits.repeated_denials
+           for call, seen in zip(proposals, settled, strict=True)):
+        return RunResult(Stop.NO_PROGRESS, None, state)
+    return _approval_loop(paused.run_id, state, model, tools, policy, limits)
+
+
+# From chapters/02_durable.ipynb, cell crash
 class Crash(Exception):
     """The process stops here: a stand-in for a power cut or a kill -9."""
 
 
-@dataclass(frozen=True)
-class CrashAt:
-    """Crash at ``point`` of the run's effectful call ``call_index``.
+# From chapters/02_durable.ipynb, cell keyed-imports
+Lookup = Callable[[str], Any]
 
-    Calls are counted from 0, over the calls that reach an effectful
-    handler, in the order the run makes them.
+
+# From chapters/02_durable.ipynb, cell keyed-refunds
+def keyed_refunds(effects: list[dict[str, Any]],
+                  ) -> tuple[Callable[..., dict[str, Any]], Lookup]:
+    """A refund handler over ``effects`` that honors idempotency keys.
+
+    The handler takes a keyword ``idempotency_key`` that the model never
+    sees (it is not in the schema). A key is applied at most once: a
+    repeat returns the first receipt and appends nothing, and a key reused
+    for another refund is a ValueError, and two threads sending one key
+    at once pay once. ``lookup(key)`` returns the arguments and receipt
+    recorded under a key, or None if none was.
     """
+    applied: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+    one_at_a_time = threading.Lock()  # the check and the payment, as one
 
-    point: str
-    call_index: int = 0
+    def refund_order(order_id: str, amount_cents: int, *,
+                     idempotency_key: str | None = None) -> dict[str, Any]:
+        asked = {"order_id": order_id, "amount_cents": amount_cents}
+        with one_at_a_time:
+            if idempotency_key is not None and idempotency_key in applied:
+                first, receipt = applied[idempotency_key]
+                if first != asked:
+                    raise ValueError(f"idempotency key {idempotency_key} "
+                                     "was used for another refund")
+                return receipt
+            effects.append({"order_id": order_id,
+                            "refunded_cents": amount_cents})
+            if idempotency_key is not None:
+                applied[idempotency_key] = (asked, effects[-1])
+            return effects[-1]
 
-    def __post_init__(self) -> None:
-        if self.point not in CRASH_POINTS:
-            raise ValueError(f"point must be one of {CRASH_POINTS}")
-        if type(self.call_index) is not int or self.call_index < 0:
-            raise ValueError("call_index must be a whole number, 0 or more")
+    def lookup(key: str) -> dict[str, Any] | None:
+        if key not in applied:
+            return None
+        asked, receipt = applied[key]
+        return {"arguments": asked, "receipt": receipt}
+
+    return refund_order, lookup
+
+
+# From chapters/02_durable.ipynb, cell keyed-environment
+def make_keyed_environment() -> tuple[dict[str, ToolSpec],
+                                      list[dict[str, Any]], Lookup]:
+    """Chapter 1's desk, its refunds keyed by ``keyed_refunds``."""
+    tools, effects = make_environment()
+    refund_order, lookup = keyed_refunds(effects)
+    tools["refund_order"] = replace(tools["refund_order"],
+                                    handler=refund_order)
+    return tools, effects, lookup
 
 
 # From chapters/02_durable.ipynb, cell journal
@@ -664,7 +646,11 @@ def _heal(path: Path) -> None:
 
 # From chapters/02_durable.ipynb, cell journal-parse
 def _parsed(path: Path) -> list[dict[str, Any]]:
-    """Every whole line of a journal file, numbered from 1 and in order."""
+    """Every whole line of a journal file, numbered from 1 and in order.
+
+    A last line without its newline was cut short by a crash: its write
+    never finished, so it is not a record. Damage anywhere else raises.
+    """
     *lines, _torn = path.read_bytes().split(b"\n")
     records = []
     for number, line in enumerate(lines, start=1):
@@ -717,31 +703,27 @@ class Journal:
         return _parsed(self.path) if self.path.exists() else []
 
 
-# From chapters/02_durable.ipynb, cell journal-lock
-@contextmanager
-def lock_journal(journal: Journal) -> Iterator[None]:
-    """Hold ``journal`` for one run or recovery; a second holder is refused.
+# From chapters/02_durable.ipynb, cell crash-at
+CRASH_POINTS = ("before_intent", "after_intent", "after_effect",
+                "after_outcome", "after_observation")
 
-    Where there is no working ``flock`` (Windows, or Python in a browser,
-    where it succeeds without locking), nothing is locked.
+
+@dataclass(frozen=True)
+class CrashAt:
+    """Crash at ``point`` of the run's effectful call ``call_index``.
+
+    Calls are counted from 0, over the calls that reach an effectful
+    handler, in the order the run makes them.
     """
-    try:
-        import fcntl
-    except ImportError:
-        fcntl = None  # type: ignore[assignment]
-    if fcntl is None or sys.platform == "emscripten":
-        yield
-        return
-    created = not journal.path.exists()
-    with journal.path.open("a", encoding="utf-8") as handle:
-        if created:
-            _sync_folder(journal.path.parent)
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ValueError(f"journal {journal.path.name} is in use by "
-                             "another process") from None
-        yield
+
+    point: str
+    call_index: int = 0
+
+    def __post_init__(self) -> None:
+        if self.point not in CRASH_POINTS:
+            raise ValueError(f"point must be one of {CRASH_POINTS}")
+        if type(self.call_index) is not int or self.call_index < 0:
+            raise ValueError("call_index must be a whole number, 0 or more")
 
 
 # From chapters/02_durable.ipynb, cell durable-run
@@ -765,7 +747,11 @@ class _Durable:
             raise Crash(f"crashed {name} of effectful call {index}")
 
     def settled_by_key(self, call: ToolCall, key: str) -> Observation | None:
-        """The outcome recorded under ``key``, or the desk's if it has one."""
+        """The outcome recorded under ``key``, or the desk's if it has one.
+
+        A receipt the desk recorded for other arguments is another
+        refund's: it becomes an error, never this call's result.
+        """
         if key in self.outcomes:
             return self.outcomes[key]
         applied = None if self.lookup is None else self.lookup(key)
@@ -872,6 +858,33 @@ def _durable_loop(run: _Durable, state: RunState, model: Any,
         state.prompt_token_log.append(size)
         state.turns += 1
         run.journal.append({"kind": "state", "state": _state_data(state)})
+
+
+# From chapters/02_durable.ipynb, cell journal-lock
+@contextmanager
+def lock_journal(journal: Journal) -> Iterator[None]:
+    """Hold ``journal`` for one run or recovery; a second holder is refused.
+
+    Where there is no working ``flock`` (Windows, or Python in a browser,
+    where it succeeds without locking), nothing is locked.
+    """
+    try:
+        import fcntl
+    except ImportError:
+        fcntl = None  # type: ignore[assignment]
+    if fcntl is None or sys.platform == "emscripten":
+        yield
+        return
+    created = not journal.path.exists()
+    with journal.path.open("a", encoding="utf-8") as handle:
+        if created:
+            _sync_folder(journal.path.parent)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(f"journal {journal.path.name} is in use by "
+                             "another process") from None
+        yield
 
 
 # From chapters/02_durable.ipynb, cell run-durably

@@ -9,6 +9,10 @@ crashed, and Chapter 1's invariants hold for the recovered transcript.
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -180,6 +184,30 @@ def test_a_record_json_cannot_carry_is_refused_before_it_is_written(tmp_path: Pa
     assert journal.records() == []
 
 
+@pytest.mark.skipif(os.name != "posix", reason="only POSIX can open a folder to sync it")
+def test_a_new_journal_syncs_the_folder_that_lists_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new file's name lives in its folder: until the folder is synced, a power cut can
+    lose the whole journal, every synced record in it included."""
+    synced: list[int] = []
+    fsync = os.fsync
+
+    def watched(descriptor: int) -> None:
+        if stat.S_ISDIR(os.fstat(descriptor).st_mode):
+            synced.append(os.fstat(descriptor).st_ino)
+        fsync(descriptor)
+
+    monkeypatch.setattr(os, "fsync", watched)
+    journal = Journal(tmp_path / "new.jsonl")
+    journal.append({"kind": "a"})
+    assert synced == [tmp_path.stat().st_ino]
+    journal.append({"kind": "b"})  # the name is durable already
+    assert synced == [tmp_path.stat().st_ino]
+    with lock_journal(Journal(tmp_path / "locked.jsonl")):  # locking creates the file too
+        pass
+    assert synced == [tmp_path.stat().st_ino] * 2
+
+
 # ------------------------------------------------------------------ crashes and recovery
 
 
@@ -274,6 +302,23 @@ def test_recovering_a_journal_without_a_run_is_refused(tmp_path: Path, text: str
     with pytest.raises(ValueError, match="holds no"):
         recover_run(Journal(path), ScriptedModel(turns=refund_script()), tools, refund_gate,
                     lookup=lookup)
+    assert effects == []
+
+
+def test_a_journal_of_another_format_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    """Keys are derived as one journal format's code derives them: a journal that other code
+    wrote could see its calls sent again under other keys, so recovery refuses it whole."""
+    tools, effects, lookup = make_keyed_environment()
+    journal = Journal(tmp_path / "older.jsonl")
+    with pytest.raises(Crash):
+        run_durably(TASK, ScriptedModel(turns=refund_script()), tools, refund_gate, journal,
+                    crash=CrashAt("after_intent"))
+    records = journal.records()
+    records[0]["format"] = "agentbook journal, version 1"
+    journal.path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    with pytest.raises(ValueError, match="holds no run"):
+        recover_run(Journal(journal.path), ScriptedModel(turns=refund_script()), tools,
+                    refund_gate, lookup=lookup)
     assert effects == []
 
 
@@ -483,6 +528,43 @@ def test_a_desk_that_forgot_its_keys_pays_again(tmp_path: Path) -> None:
     assert len(effects) + len(later) == 2
 
 
+def test_a_crashed_run_started_afresh_pays_again(tmp_path: Path) -> None:
+    """The guarantee's second condition, shown failing: a run started again from its task,
+    its journal lost, has a new run id, so the same refund goes out under a second key."""
+    tools, effects, lookup = make_keyed_environment()
+    journal = Journal(tmp_path / "lost.jsonl")
+    with pytest.raises(Crash):
+        run_durably(TASK, ScriptedModel(turns=refund_script()), tools, refund_gate, journal,
+                    crash=CrashAt("after_effect"))
+    first_key = journal.records()[-1]["key"]
+    journal.path.unlink()
+    again = Journal(journal.path)
+    run_durably(TASK, ScriptedModel(turns=refund_script()), tools, refund_gate, again,
+                lookup=lookup)
+    keys = [r["key"] for r in again.records() if r["kind"] == "intent"]
+    assert len(keys) == 1 and keys != [first_key]
+    assert len(effects) == 2
+
+
+@pytest.mark.parametrize(("with_key", "refunds"), [(False, 2), (True, 1)])
+def test_a_refund_made_without_its_key_is_invisible_to_recovery(
+        tmp_path: Path, with_key: bool, refunds: int) -> None:
+    """The guarantee's third condition: a refund that reaches the money by another path,
+    without the key, cannot be matched to the journal's intent, and is paid again; sent with
+    the key, the same refund is recognized."""
+    tools, effects, lookup = make_keyed_environment()
+    journal = Journal(tmp_path / "by-hand.jsonl")
+    with pytest.raises(Crash):
+        run_durably(TASK, ScriptedModel(turns=refund_script()), tools, refund_gate, journal,
+                    crash=CrashAt("after_intent"))
+    key = journal.records()[-1]["key"]
+    by_hand = {"idempotency_key": key} if with_key else {}
+    tools["refund_order"].handler(order_id="A-17", amount_cents=4999, **by_hand)
+    result = recover_run(journal, ScriptedModel(turns=refund_script()), tools, refund_gate,
+                         lookup=lookup)
+    assert result.stop == Stop.ANSWERED and len(effects) == refunds
+
+
 def test_a_failed_model_call_is_finished_by_recovery_with_one_refund(tmp_path: Path) -> None:
     class Outage:
         def __init__(self) -> None:
@@ -548,8 +630,6 @@ def test_a_model_that_reuses_a_call_id_still_gets_one_key_per_effect(tmp_path: P
 ])
 def test_a_journal_edited_by_hand_is_refused_with_a_reason_and_pays_nothing(
         tmp_path: Path, damage: Any) -> None:
-    import json
-
     tools, effects, lookup = make_keyed_environment()
     journal = Journal(tmp_path / "edited.jsonl")
     with pytest.raises(Crash):
@@ -578,8 +658,6 @@ def test_a_record_renumbered_to_fit_is_still_refused_by_line_before_anything_pay
         tmp_path: Path, damage: Any, problem: str) -> None:
     """Records edited into other valid JSON, their sequence renumbered so that
     reading the file passes: each is refused with a ValueError, not a KeyError."""
-    import json
-
     tools, effects, lookup = make_keyed_environment()
     journal = Journal(tmp_path / "forged.jsonl")
     with pytest.raises(Crash):
@@ -644,3 +722,27 @@ def test_a_reply_json_cannot_carry_pays_nothing_in_the_run_or_its_recovery(
                             ScriptedModel(turns=[reply, answer_message("No.")]), tools,
                             refund_gate, lookup=lookup)
     assert recovered.state == result.state and effects == []
+
+
+# ------------------------------------------------------ the chapter's table of attacks
+
+
+def test_every_test_the_chapters_tables_name_exists_in_their_file() -> None:
+    """Each table of "What can still go wrong" names its file in its header, and each row
+    the tests in that file that fail without the row's defense."""
+    folder = Path(__file__).parent
+    chapter = json.loads((folder.parent / "chapters" / "02_durable.ipynb").read_text(
+        encoding="utf-8"))
+    text = "".join("".join(cell["source"]) for cell in chapter["cells"]
+                   if cell["cell_type"] == "markdown")
+    source, rows, named = "", 0, 0
+    for line in text.splitlines():
+        header = re.match(r"\| Attack .*\| Test in `tests/(test_\w+\.py)` \|$", line)
+        if header:
+            source = (folder / header.group(1)).read_text(encoding="utf-8")
+        elif line.startswith("| ") and source:
+            rows += 1
+            for name in re.findall(r"`(test_\w+)`", line.rstrip(" |").rsplit("| ", 1)[1]):
+                assert re.search(rf"^def {name}\(", source, re.MULTILINE), (line, name)
+                named += 1
+    assert rows >= 15 and named >= 20

@@ -176,7 +176,7 @@ def test_the_questions_the_page_cannot_check_are_marked_with_why() -> None:
                        if "static" in step})
     spans = "builds OpenTelemetry spans; the page's Python has no OpenTelemetry"
     assert marked == {"anatomy q6b-code": "draws a figure with matplotlib",
-                      "durable ex6-traces": spans, "durable q6a-code": spans,
+                      "durable ex5-traces": spans, "durable q5a-code": spans,
                       "untrusted q4a-code": "starts a sandboxed Python process, which a "
                                             "browser cannot"}
     assert live_book.test_imports_lacking(
@@ -463,7 +463,7 @@ def test_every_model_answer_passes_in_the_page_or_is_marked(
         feedback = checked(page, block)
         assert block.locator("[data-feedback]").get_attribute("data-status") == "pass", feedback
         assert "results: All test cases passed!" in feedback
-    assert marked == {"01_anatomy": ["q6b-code"], "02_durable": ["q6a-code"],
+    assert marked == {"01_anatomy": ["q6b-code"], "02_durable": ["q5a-code"],
                       "03_untrusted": ["q4a-code"]}[chapter_name]
     if chapter_name != "01_anatomy":
         page.close()

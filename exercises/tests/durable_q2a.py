@@ -67,66 +67,50 @@ OK_FORMAT = False
 name = "durable_q2a"
 points = 2
 
-@test_case(points=0.2, hidden=False)
-def test_q2a_a_recent_decision_passes(fresh):
-    """A decision a minute old, under an hour's limit, comes back unchanged."""
-    assert callable(fresh), 'fresh is not defined: run the cell that defines it and fix the error it shows'
-    from agentbook import ApprovalDecision
-    decision = ApprovalDecision('call_2', 'd' * 64, True, 'maria', 'approved')
-    kept = fresh([decision], {'call_2': 1000.0}, 1060.0, 3600.0)
-    assert kept is not None, 'not answered yet: fresh returns None'
-    assert kept == [decision], f'expected the decisions back unchanged; found {kept!r}'
+@test_case(points=0.4, hidden=False)
+def test_q2a_a_repeated_key_pays_once(once_per_key):
+    """One refund sent twice under one key: one receipt, and the first result both times."""
+    assert callable(once_per_key), 'once_per_key is not defined: run the cell that defines it and fix the error it shows'
+    from agentbook import make_environment
+    tools, effects = make_environment()
+    refund = once_per_key(tools['refund_order'].handler)
+    assert refund is not None, 'not answered yet: once_per_key returns None'
+    paid = {'order_id': 'A-17', 'amount_cents': 4999}
+    first = refund(**paid, idempotency_key='k1')
+    again = refund(**paid, idempotency_key='k1')
+    assert len(effects) == 1, f'expected one receipt for one key sent twice; found {len(effects)} in the effect log'
+    assert again == first, f'expected the repeat to return the first result, {first!r}; found {again!r}'
 
-@test_case(points=0.2, hidden=False)
-def test_q2a_a_stale_decision_is_refused(fresh):
-    """A decision two hours old, under an hour's limit, raises ValueError."""
-    assert callable(fresh), 'fresh is not defined: run the cell that defines it and fix the error it shows'
-    from agentbook import ApprovalDecision
-    decision = ApprovalDecision('call_2', 'd' * 64, True, 'maria', 'approved')
+@test_case(points=0.4, hidden=False)
+def test_q2a_without_a_key_or_under_a_new_key_every_call_pays(once_per_key):
+    """No key means no memory; a new key is a new refund, even for the same arguments."""
+    assert callable(once_per_key), 'once_per_key is not defined: run the cell that defines it and fix the error it shows'
+    from agentbook import make_environment
+    tools, effects = make_environment()
+    refund = once_per_key(tools['refund_order'].handler)
+    assert refund is not None, 'not answered yet: once_per_key returns None'
+    paid = {'order_id': 'A-17', 'amount_cents': 4999}
+    refund(**paid)
+    refund(**paid)
+    assert len(effects) == 2, f'expected both calls without a key to pay, as the bare handler would; found {len(effects)} receipt(s)'
+    refund(**paid, idempotency_key='a')
+    refund(**paid, idempotency_key='b')
+    assert len(effects) == 4, f'expected the keys a and b to pay once each, though the arguments are the same; found {len(effects) - 2} receipt(s) for them'
+
+@test_case(points=0.4, hidden=False)
+def test_q2a_a_key_reused_for_other_arguments_is_refused(once_per_key):
+    """The same key for another amount raises ValueError and moves no money."""
+    assert callable(once_per_key), 'once_per_key is not defined: run the cell that defines it and fix the error it shows'
+    from agentbook import make_environment
+    tools, effects = make_environment()
+    refund = once_per_key(tools['refund_order'].handler)
+    assert refund is not None, 'not answered yet: once_per_key returns None'
+    refund(order_id='A-17', amount_cents=10, idempotency_key='k')
     try:
-        kept = fresh([decision], {'call_2': 1000.0}, 1000.0 + 7200.0, 3600.0)
+        found = refund(order_id='A-17', amount_cents=11, idempotency_key='k')
     except ValueError:
-        return
-    assert kept is not None, 'not answered yet: fresh returns None'
-    raise AssertionError(f'expected a ValueError for a decision two hours old under a one-hour limit; found it returned {kept!r}')
-
-@test_case(points=0.1, hidden=False)
-def test_q2a_exactly_max_age_is_still_fresh(fresh):
-    """A decision exactly max_age seconds old is at most max_age old: it passes."""
-    assert callable(fresh), 'fresh is not defined: run the cell that defines it and fix the error it shows'
-    from agentbook import ApprovalDecision
-    decision = ApprovalDecision('call_2', 'd' * 64, True, 'maria', 'approved')
-    try:
-        kept = fresh([decision], {'call_2': 1000.0}, 1000.0 + 3600.0, 3600.0)
-    except ValueError as refusal:
-        raise AssertionError(f'expected a decision exactly max_age old to pass; found ValueError: {refusal}') from None
-    assert kept is not None, 'not answered yet: fresh returns None'
-    assert kept == [decision], f'expected the decisions back unchanged; found {kept!r}'
-
-@test_case(points=0.5, hidden=False)
-def test_q2a_every_decision_is_checked(fresh):
-    """A fresh decision first does not let a stale one after it through."""
-    from agentbook import ApprovalDecision
-    assert callable(fresh), 'fresh is not defined: run the cell that defines it and fix the error it shows'
-    new = ApprovalDecision('call_1', 'd' * 64, True, 'maria', 'approved')
-    old = ApprovalDecision('call_2', 'e' * 64, True, 'maria', 'approved')
-    try:
-        kept = fresh([new, old], {'call_1': 1000.0, 'call_2': 0.0}, 1060.0, 100.0)
-    except ValueError:
-        return
-    assert kept is not None, 'not answered yet: fresh returns None'
-    raise AssertionError(f'expected a ValueError: call_2 is 1060 s old under a 100 s limit, though call_1 before it is fresh; found it returned {kept!r}')
-
-@test_case(points=0.5, hidden=False)
-def test_q2a_a_decision_without_a_time_is_not_fresh(fresh):
-    """No recorded time means no way to know its age: ValueError."""
-    from agentbook import ApprovalDecision
-    assert callable(fresh), 'fresh is not defined: run the cell that defines it and fix the error it shows'
-    decision = ApprovalDecision('call_2', 'd' * 64, True, 'maria', 'approved')
-    try:
-        kept = fresh([decision], {}, 1000.0, 3600.0)
-    except ValueError:
-        return
-    assert kept is not None, 'not answered yet: fresh returns None'
-    raise AssertionError(f'expected a ValueError for a decision with no recorded time; found it returned {kept!r}')
+        pass
+    else:
+        raise AssertionError(f'expected a ValueError for the key k reused for another amount; found it returned {found!r}')
+    assert len(effects) == 1, f'expected only the first refund in the log; found {effects}'
 

@@ -67,45 +67,40 @@ OK_FORMAT = False
 name = "durable_q3a"
 points = 2
 
-@test_case(points=0.2, hidden=False)
-def test_q3a_a_hex_digest_that_depends_on_the_key(keyed_digest):
-    """64 hexadecimal characters, unlike the plain digest, and different under another key."""
-    assert callable(keyed_digest), 'keyed_digest is not defined: run the cell that defines it and fix the error it shows'
-    from agentbook import call_digest
-    arguments = {'order_id': 'A-17', 'amount_cents': 9999}
-    digest = keyed_digest(b'key one', 'run-1', 'call_2', 'refund_order', arguments)
-    assert digest is not None, 'not answered yet: keyed_digest returns None'
-    assert isinstance(digest, str) and len(digest) == 64, f'expected 64 hexadecimal characters (hexdigest()); found {digest!r}'
-    int(digest, 16)
-    assert digest != call_digest('run-1', 'call_2', 'refund_order', arguments), 'expected the keyed digest to differ from the plain SHA-256 of call_digest'
-    other = keyed_digest(b'key two', 'run-1', 'call_2', 'refund_order', arguments)
-    assert other != digest, 'expected another key to give another digest'
+@test_case(points=0.3, hidden=False)
+def test_q3a_the_crashed_refund_is_unsettled_and_applied(unsettled, journal_q3, lookup_q3):
+    """After a crash past the effect, one key is open, and the desk has applied it."""
+    assert callable(unsettled), 'unsettled is not defined: run the cell that defines it and fix the error it shows'
+    found = unsettled(journal_q3, lookup_q3)
+    assert found is not None, 'not answered yet: unsettled returns None'
+    assert found == {'crashed/2/0/call_2': {'arguments': {'order_id': 'A-17', 'amount_cents': 4999}, 'receipt': {'order_id': 'A-17', 'refunded_cents': 4999}}}, f"expected the refund's key mapped to what lookup says of it; found {found!r}"
 
 @test_case(points=0.2, hidden=False)
-def test_q3a_the_order_of_the_arguments_does_not_matter(keyed_digest):
-    """Equal arguments in another order give the same digest: the JSON is canonical."""
-    assert callable(keyed_digest), 'keyed_digest is not defined: run the cell that defines it and fix the error it shows'
-    forward = {'order_id': 'A-17', 'amount_cents': 9999}
-    backward = {'amount_cents': 9999, 'order_id': 'A-17'}
-    first = keyed_digest(b'k', 'r', 'c', 'refund_order', forward)
-    assert first is not None, 'not answered yet: keyed_digest returns None'
-    assert first == keyed_digest(b'k', 'r', 'c', 'refund_order', backward), 'expected the same digest for the same arguments in another order: serialize with sort_keys=True'
+def test_q3a_a_finished_run_leaves_nothing_unsettled(unsettled):
+    """A run that never crashed has an outcome for every intent."""
+    assert callable(unsettled), 'unsettled is not defined: run the cell that defines it and fix the error it shows'
+    import tempfile
+    from pathlib import Path
+    from agentbook import Journal, ScriptedModel, make_keyed_environment, refund_gate, run_durably, tool_call_message
+    tools, _, lookup = make_keyed_environment()
+    refund = tool_call_message('r', 'refund_order', {'order_id': 'A-17', 'amount_cents': 10})
+    journal = Journal(Path(tempfile.mkdtemp()) / 'done.jsonl')
+    run_durably('Refund A-17.', ScriptedModel(turns=[refund]), tools, refund_gate, journal)
+    found = unsettled(journal, lookup)
+    assert found is not None, 'not answered yet: unsettled returns None'
+    assert found == {}, f'expected no unsettled intent in a finished run; found {found!r}'
 
-@test_case(points=0.2, hidden=False)
-def test_q3a_every_part_is_bound(keyed_digest):
-    """Changing the run, the call, the tool or an argument changes the digest."""
-    assert callable(keyed_digest), 'keyed_digest is not defined: run the cell that defines it and fix the error it shows'
-    arguments = {'order_id': 'A-17', 'amount_cents': 9999}
-    digest = keyed_digest(b'k', 'run-1', 'call_2', 'refund_order', arguments)
-    assert digest is not None, 'not answered yet: keyed_digest returns None'
-    changed = [keyed_digest(b'k', 'run-2', 'call_2', 'refund_order', arguments), keyed_digest(b'k', 'run-1', 'call_3', 'refund_order', arguments), keyed_digest(b'k', 'run-1', 'call_2', 'lookup_order', arguments), keyed_digest(b'k', 'run-1', 'call_2', 'refund_order', {**arguments, 'amount_cents': 19999})]
-    assert digest not in changed, 'expected each change to give another digest'
-
-@test_case(points=1.0, hidden=False)
-def test_q3a_one_known_digest(keyed_digest):
-    """One input whose HMAC-SHA256 is known: a keyed hash of another kind gives another."""
-    assert callable(keyed_digest), 'keyed_digest is not defined: run the cell that defines it and fix the error it shows'
-    digest = keyed_digest(b'the review key', 'run-1', 'call_2', 'refund_order', {'order_id': 'A-17', 'amount_cents': 9999})
-    assert digest is not None, 'not answered yet: keyed_digest returns None'
-    assert digest == 'd86fa5f16ad4497a9e0206c805def6cd2175ffea8a33581e79e473962c186dba', f"found {digest!r}: expected the HMAC-SHA256 that hmac.new computes under the key, over the canonical JSON exactly as the question gives it (sorted keys, the separators (',', ':'), UTF-8). A hash of the key and the text run together is not an HMAC: it can be extended by anyone who knows one digest"
+@test_case(points=0.75, hidden=False)
+def test_q3a_every_open_intent_counts_not_only_the_last_record(unsettled):
+    """A journal with two intents left open, and other records after them."""
+    import tempfile
+    from pathlib import Path
+    from agentbook import Journal
+    assert callable(unsettled), 'unsettled is not defined: run the cell that defines it and fix the error it shows'
+    journal = Journal(Path(tempfile.mkdtemp()) / 'two-open.jsonl')
+    for record in ({'kind': 'intent', 'key': 'k1'}, {'kind': 'outcome', 'key': 'k1'}, {'kind': 'intent', 'key': 'k2'}, {'kind': 'intent', 'key': 'k3'}, {'kind': 'state'}):
+        journal.append(record)
+    found = unsettled(journal, lambda key: f'asked about {key}')
+    assert found is not None, 'not answered yet: unsettled returns None'
+    assert found == {'k2': 'asked about k2', 'k3': 'asked about k3'}, f'expected both intents without an outcome, k2 and k3, wherever they are in the journal; found {found!r}'
 

@@ -67,40 +67,20 @@ OK_FORMAT = False
 name = "durable_q4a"
 points = 2
 
-@test_case(points=0.3, hidden=False)
-def test_q4a_the_crashed_refund_is_unsettled_and_applied(unsettled, journal_q4, lookup_q4):
-    """After a crash past the effect, one key is open, and the desk has applied it."""
-    assert callable(unsettled), 'unsettled is not defined: run the cell that defines it and fix the error it shows'
-    found = unsettled(journal_q4, lookup_q4)
-    assert found is not None, 'not answered yet: unsettled returns None'
-    assert found == {'crashed/2/0/call_2': {'arguments': {'order_id': 'A-17', 'amount_cents': 4999}, 'receipt': {'order_id': 'A-17', 'refunded_cents': 4999}}}, f"expected the refund's key mapped to what lookup says of it; found {found!r}"
+@test_case(points=0.25, hidden=False)
+def test_q4a_every_incident_has_an_answer(conditions):
+    """One number per incident: 0, 1, 2 or 3."""
+    assert conditions is not ... and (not (isinstance(conditions, dict) and ... in conditions.values())), 'not answered yet: replace each ... in conditions with a number'
+    assert isinstance(conditions, dict), f'expected conditions to be a dictionary; found {type(conditions).__name__}'
+    names = {'weekend', 'new_disk', 'counter', 'lost_reply'}
+    assert set(conditions) == names, f'expected one entry for each incident, {sorted(names)}; found {sorted(conditions)}'
+    odd = {name: value for name, value in conditions.items() if value not in (0, 1, 2, 3)}
+    assert not odd, f'expected each answer to be 0, 1, 2 or 3; found {odd}'
 
-@test_case(points=0.2, hidden=False)
-def test_q4a_a_finished_run_leaves_nothing_unsettled(unsettled):
-    """A run that never crashed has an outcome for every intent."""
-    assert callable(unsettled), 'unsettled is not defined: run the cell that defines it and fix the error it shows'
-    import tempfile
-    from pathlib import Path
-    from agentbook import Journal, ScriptedModel, make_keyed_environment, refund_gate, run_durably, tool_call_message
-    tools, _, lookup = make_keyed_environment()
-    refund = tool_call_message('r', 'refund_order', {'order_id': 'A-17', 'amount_cents': 10})
-    journal = Journal(Path(tempfile.mkdtemp()) / 'done.jsonl')
-    run_durably('Refund A-17.', ScriptedModel(turns=[refund]), tools, refund_gate, journal)
-    found = unsettled(journal, lookup)
-    assert found is not None, 'not answered yet: unsettled returns None'
-    assert found == {}, f'expected no unsettled intent in a finished run; found {found!r}'
-
-@test_case(points=0.75, hidden=False)
-def test_q4a_every_open_intent_counts_not_only_the_last_record(unsettled):
-    """A journal with two intents left open, and other records after them."""
-    import tempfile
-    from pathlib import Path
-    from agentbook import Journal
-    assert callable(unsettled), 'unsettled is not defined: run the cell that defines it and fix the error it shows'
-    journal = Journal(Path(tempfile.mkdtemp()) / 'two-open.jsonl')
-    for record in ({'kind': 'intent', 'key': 'k1'}, {'kind': 'outcome', 'key': 'k1'}, {'kind': 'intent', 'key': 'k2'}, {'kind': 'intent', 'key': 'k3'}, {'kind': 'state'}):
-        journal.append(record)
-    found = unsettled(journal, lambda key: f'asked about {key}')
-    assert found is not None, 'not answered yet: unsettled returns None'
-    assert found == {'k2': 'asked about k2', 'k3': 'asked about k3'}, f'expected both intents without an outcome, k2 and k3, wherever they are in the journal; found {found!r}'
+@test_case(points=0.5, hidden=False)
+def test_q4a_a_run_started_again(conditions):
+    """new_disk: the task run again from the start, under a new run id."""
+    assert conditions is not ... and (not (isinstance(conditions, dict) and ... in conditions.values())), 'not answered yet: replace each ... in conditions with a number'
+    found = conditions.get('new_disk') if isinstance(conditions, dict) else conditions
+    assert found == 2, f'expected for new_disk the condition a rerun breaks: the rerun draws a new run id, so the refund it proposes again goes out under a new key; found {found!r}'
 

@@ -67,19 +67,45 @@ OK_FORMAT = False
 name = "durable_q6a"
 points = 2
 
-@test_case(points=None, hidden=False)
-def test_q6a_the_gated_run_has_one_denial(refusals, gated_q6):
-    """The over-reaching model was refused once, then refunded what was paid."""
-    assert callable(refusals), 'refusals is not defined: run the cell that defines it and fix the error it shows'
-    found = refusals(gated_q6)
-    assert found is not None, 'not answered yet: refusals returns None'
-    assert found == {'denied': 1}, f"expected {{'denied': 1}}; found {found!r}"
+@test_case(points=0.2, hidden=False)
+def test_q6a_a_hex_digest_that_depends_on_the_key(keyed_digest):
+    """64 hexadecimal characters, unlike the plain digest, and different under another key."""
+    assert callable(keyed_digest), 'keyed_digest is not defined: run the cell that defines it and fix the error it shows'
+    from agentbook import call_digest
+    arguments = {'order_id': 'A-17', 'amount_cents': 9999}
+    digest = keyed_digest(b'key one', 'run-1', 'call_2', 'refund_order', arguments)
+    assert digest is not None, 'not answered yet: keyed_digest returns None'
+    assert isinstance(digest, str) and len(digest) == 64, f'expected 64 hexadecimal characters (hexdigest()); found {digest!r}'
+    int(digest, 16)
+    assert digest != call_digest('run-1', 'call_2', 'refund_order', arguments), 'expected the keyed digest to differ from the plain SHA-256 of call_digest'
+    other = keyed_digest(b'key two', 'run-1', 'call_2', 'refund_order', arguments)
+    assert other != digest, 'expected another key to give another digest'
 
-@test_case(points=None, hidden=False)
-def test_q6a_only_tool_spans_count(refusals, stubborn_q6):
-    """Two denied tool calls; the agent span's no_progress error is not a tool call."""
-    assert callable(refusals), 'refusals is not defined: run the cell that defines it and fix the error it shows'
-    found = refusals(stubborn_q6)
-    assert found is not None, 'not answered yet: refusals returns None'
-    assert found == {'denied': 2}, f"expected {{'denied': 2}}, counting execute_tool spans only; found {found!r}"
+@test_case(points=0.2, hidden=False)
+def test_q6a_the_order_of_the_arguments_does_not_matter(keyed_digest):
+    """Equal arguments in another order give the same digest: the JSON is canonical."""
+    assert callable(keyed_digest), 'keyed_digest is not defined: run the cell that defines it and fix the error it shows'
+    forward = {'order_id': 'A-17', 'amount_cents': 9999}
+    backward = {'amount_cents': 9999, 'order_id': 'A-17'}
+    first = keyed_digest(b'k', 'r', 'c', 'refund_order', forward)
+    assert first is not None, 'not answered yet: keyed_digest returns None'
+    assert first == keyed_digest(b'k', 'r', 'c', 'refund_order', backward), 'expected the same digest for the same arguments in another order: serialize with sort_keys=True'
+
+@test_case(points=0.2, hidden=False)
+def test_q6a_every_part_is_bound(keyed_digest):
+    """Changing the run, the call, the tool or an argument changes the digest."""
+    assert callable(keyed_digest), 'keyed_digest is not defined: run the cell that defines it and fix the error it shows'
+    arguments = {'order_id': 'A-17', 'amount_cents': 9999}
+    digest = keyed_digest(b'k', 'run-1', 'call_2', 'refund_order', arguments)
+    assert digest is not None, 'not answered yet: keyed_digest returns None'
+    changed = [keyed_digest(b'k', 'run-2', 'call_2', 'refund_order', arguments), keyed_digest(b'k', 'run-1', 'call_3', 'refund_order', arguments), keyed_digest(b'k', 'run-1', 'call_2', 'lookup_order', arguments), keyed_digest(b'k', 'run-1', 'call_2', 'refund_order', {**arguments, 'amount_cents': 19999})]
+    assert digest not in changed, 'expected each change to give another digest'
+
+@test_case(points=1.0, hidden=False)
+def test_q6a_one_known_digest(keyed_digest):
+    """One input whose HMAC-SHA256 is known: a keyed hash of another kind gives another."""
+    assert callable(keyed_digest), 'keyed_digest is not defined: run the cell that defines it and fix the error it shows'
+    digest = keyed_digest(b'the review key', 'run-1', 'call_2', 'refund_order', {'order_id': 'A-17', 'amount_cents': 9999})
+    assert digest is not None, 'not answered yet: keyed_digest returns None'
+    assert digest == 'd86fa5f16ad4497a9e0206c805def6cd2175ffea8a33581e79e473962c186dba', f"found {digest!r}: expected the HMAC-SHA256 that hmac.new computes under the key, over the canonical JSON exactly as the question gives it (sorted keys, the separators (',', ':'), UTF-8). A hash of the key and the text run together is not an HMAC: it can be extended by anyone who knows one digest"
 
