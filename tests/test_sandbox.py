@@ -39,12 +39,16 @@ NUMBERS = untrusted._SYSCALLS.get(platform.machine(), (0, {}))[1]
 
 
 def parent_state() -> tuple[object, ...]:
-    """What a run must leave as it was: the parent's limits, environment and descriptors."""
+    """What a run must leave as it was: the parent's limits, environment, descriptors, folder
+    and signal handlers."""
     import resource  # here: Windows has none, and there only the refusal is tested
+    import signal
 
     limits = {name: resource.getrlimit(getattr(resource, name))
               for name in dir(resource) if name.startswith("RLIMIT_")}
-    return limits, dict(os.environ), sorted(os.listdir("/proc/self/fd"))
+    handlers = {number: signal.getsignal(number) for number in signal.valid_signals()}
+    return (limits, dict(os.environ), sorted(os.listdir("/proc/self/fd")), os.getcwd(),
+            handlers)
 
 
 def processes_marked(mark: int) -> list[str]:
@@ -63,7 +67,8 @@ def processes_marked(mark: int) -> list[str]:
 
 def run(code: str, **limits: Any) -> dict[str, str]:
     """Run `code` in the sandbox, then check that the run left nothing: no process of its
-    own on the host, and the parent's limits, environment and open files unchanged."""
+    own on the host, and the parent's limits, environment, open files, folder and signal
+    handlers unchanged."""
     mark = 16 * 2**20 + secrets.randbelow(2**20)  # this run's scratch size, its mark
     chosen = SandboxLimits(**{"scratch_bytes": mark, **limits})
     before = parent_state()
@@ -103,12 +108,16 @@ ESCAPES = {
     "shm_open": ("import _posixshmem, os\n"
                  "_posixshmem.shm_open('/probe', os.O_CREAT | os.O_RDWR, 0o600)",
                  "Read-only file system"),
-    "setxattr outside scratch": ("import os; os.setxattr(os.__file__, 'user.x', b'1')",
-                                 "Read-only file system"),
-    # The network: a namespace with only a loopback device.
+    "setxattr outside scratch": ("import os; os.setxattr(os.__file__, 'user.x', b'1')", EPERM),
+    # The network: a namespace with only a loopback device, and sockets of one family, Unix's.
     "open a socket": ("import socket\nsocket.create_connection(('192.0.2.1', 80), timeout=2)",
-                      "Network is unreachable"),
+                      "Address family not supported by protocol"),
     "resolve a name": ("import socket; socket.getaddrinfo('example.com', 80)", "gaierror"),
+    # vsock has no network namespace: on a virtual machine it reaches the hypervisor's services.
+    "a vsock socket": ("import socket; socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM)",
+                       "Address family not supported by protocol"),
+    "a netlink socket": ("import socket; socket.socket(socket.AF_NETLINK, socket.SOCK_RAW)",
+                         "Address family not supported by protocol"),
     # Processes: the filter refuses every way to start one.
     "start a shell": ("import subprocess; subprocess.run(['/bin/sh', '-c', 'id'])", EPERM),
     "fork": ("import os; os.fork()", EPERM),
@@ -125,7 +134,18 @@ ESCAPES = {
         "subprocess.Popen(['/bin/sh', '-c', 'sleep 60'])", EPERM),
     "a raw clone": (LIBC + f"result = libc.syscall({NUMBERS.get('clone')}, 17, 0, 0, 0, 0)\n"
                     + ERRNO, "errno 1"),
-    "clone3": (LIBC + "result = libc.syscall(435, 0, 0)\n" + ERRNO, "errno 38"),
+    "clone3": (LIBC + "result = libc.syscall(435, 0, 0)\n" + ERRNO, "errno 1"),
+    # Threads too: run as root, the process is exempt from RLIMIT_NPROC, and threads with small
+    # stacks cost kernel memory and host process IDs, not address space.
+    "a thread": ("import threading; threading.Thread(target=print).start()",
+                 "RuntimeError: can't start new thread"),
+    "threads with small stacks": (
+        LIBC + "attributes = ctypes.create_string_buffer(64)\n"
+        "libc.pthread_attr_init(attributes); libc.pthread_attr_setstacksize(attributes, 16384)\n"
+        "started = 0\nfor _ in range(100):\n    thread = ctypes.c_ulong()\n"
+        "    started += libc.pthread_create(ctypes.byref(thread), attributes,\n"
+        "                                   ctypes.cast(libc.pause, ctypes.c_void_p), None) == 0\n"
+        "print('started', started)", "started 0\n"),
     "exec a shell in place": ("import os; os.execv('/bin/sh', ['sh'])", "FileNotFoundError"),
     # Other processes: the parent's ID names nothing in the child's namespace.
     "signal the parent": ("import os, signal; os.kill({pid}, signal.SIGKILL)",
@@ -152,6 +172,32 @@ ESCAPES = {
                                "errno 1"),
     "a System V message queue": (LIBC + "result = libc.msgget(1, 0o1600)\n" + ERRNO, "errno 1"),
     "a file only a descriptor names": ("import os; os.memfd_create('hoard')", EPERM),
+    "System V semaphores": (LIBC + "result = libc.semget(0, 32000, 0o1600)\n" + ERRNO,
+                            "errno 1"),
+    "extended attributes in scratch": ("import os; open('x', 'w').close()\n"
+                                       "os.setxattr('x', 'user.x', bytes(60000))", EPERM),
+    "setxattrat": (LIBC + "open('x', 'w').close()\nvalue = ctypes.create_string_buffer(8)\n"
+                   "spec = (ctypes.c_uint64 * 2)(ctypes.addressof(value), 8)\n"
+                   "result = libc.syscall(463, -100, b'x', 0, b'user.x', spec, 16)\n" + ERRNO,
+                   "errno 1"),
+    # What the kernel counts for the whole host, or for the host's user: the run's share would
+    # be taken from every other process (root's, where the notebook runs as root).
+    "an asynchronous I/O context": (
+        LIBC + "context = ctypes.c_ulong()\n"
+        f"result = libc.syscall({NUMBERS.get('io_setup')}, 32768, ctypes.byref(context))\n"
+        + ERRNO, "errno 1"),
+    "queue signals past the limit": (
+        LIBC + "timer, made = ctypes.c_void_p(), 0\n"
+        "while made < 1000 and libc.timer_create(1, None, ctypes.byref(timer)) == 0:\n"
+        "    made += 1\nprint('timers', made)", r"timers ([0-9]|[1-5][0-9]|6[0-4])\n"),
+    "a POSIX message queue": (
+        LIBC + "import os\nresult = libc.mq_open(b'/q', os.O_CREAT | os.O_RDWR, 0o600, None)\n"
+        + ERRNO, "errno 24"),
+    # Watching a file the host shares, which tells when the host's processes open it.
+    "watch a host file with inotify": (
+        LIBC + "result = libc.inotify_init1(0)\n" + ERRNO, "errno 1"),
+    "watch a host file with fanotify": (
+        LIBC + "import os; result = libc.fanotify_init(0x200, os.O_RDONLY)\n" + ERRNO, "errno 1"),
     # Calls that mostly add attack surface on the kernel, refused whatever the host allows.
     "io_uring": (LIBC + "params = ctypes.create_string_buffer(120)\n"
                  "result = libc.syscall(425, 4, params)\n" + ERRNO, "errno 1"),
@@ -226,15 +272,13 @@ def test_the_notebooks_packages_and_repository_are_out_of_view() -> None:
 
 
 @needs_sandbox
-def test_what_the_child_leaves_in_scratch_or_its_ipc_namespace_ends_with_the_run() -> None:
+def test_what_the_child_leaves_in_scratch_ends_with_the_run() -> None:
     token = f"agentbook-probe-{secrets.token_hex(4)}"
     code = (f"import os\nos.mkfifo('{token}')\nopen('{token}.txt', 'w').close()\n"
-            f"os.setxattr('{token}.txt', 'user.x', b'1')\n" + LIBC
-            + f"queue = libc.mq_open(b'/{token}', os.O_CREAT | os.O_RDWR, 0o600, None)\n"
-            "print(queue >= 0, sorted(os.listdir('.')))")
+            "print(sorted(os.listdir('.')))")
     seen = run(code)
-    assert seen["output"] == f"True ['{token}', '{token}.txt']\n", seen
-    for place in ("/tmp", "/dev/shm", "/dev/mqueue"):
+    assert seen["output"] == f"['{token}', '{token}.txt']\n", seen
+    for place in ("/tmp", "/dev/shm", "/scratch"):
         assert not Path(place, token).exists()
 
 
@@ -283,17 +327,6 @@ def test_catching_the_processor_time_signal_only_reaches_the_hard_limit() -> Non
     code = "import signal\nsignal.signal(signal.SIGXCPU, lambda *_: None)\nwhile True: pass"
     seen = run(code, wall_seconds=60)
     assert (seen["status"], seen["reason"]) == ("stopped", "killed by SIGKILL")
-
-
-@needs_sandbox
-def test_threads_run_and_a_thread_bomb_ends_in_an_error() -> None:
-    assert run("import threading\nthreading.Thread(target=print, args=('hi',)).start()"
-               )["output"] == "hi\n"
-    bomb = ("import threading, time\nstarted = 0\ntry:\n    while True:\n"
-            "        threading.Thread(target=time.sleep, args=(5,), daemon=True).start()\n"
-            "        started += 1\nexcept RuntimeError:\n    print(started)")
-    seen = run(bomb, wall_seconds=10)
-    assert seen["status"] == "completed" and int(seen["output"]) < 64, seen
 
 
 @needs_sandbox
@@ -486,21 +519,27 @@ def verdict(program: bytes, arch: int, number: int, flags: int = 0) -> int:
 
 
 @pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
-def test_the_filter_refuses_new_processes_and_the_named_calls_and_allows_threads(
+def test_the_filter_refuses_processes_threads_the_named_calls_and_sockets_but_unixs(
         machine: str) -> None:
     arch, number = untrusted._SYSCALLS[machine]
+    sockets = untrusted._SOCKET_CALLS[machine]
     program = untrusted._seccomp_filter(machine)
-    allow, eperm, enosys, kill = 0x7FFF0000, 0x50001, 0x50026, 0x80000000
+    allow, eperm, no_family, kill = 0x7FFF0000, 0x50001, 0x50061, 0x80000000
     thread = 0x10000 | 0x100 | 0x800 | 0x200  # CLONE_THREAD | VM | SIGHAND | FS
     read = {"x86_64": 0, "aarch64": 63}[machine]
-    assert verdict(program, arch, number["clone"], thread) == allow
+    assert verdict(program, arch, number["clone"], thread) == eperm
     assert verdict(program, arch, number["clone"], 17) == eperm  # SIGCHLD alone: a process
-    assert verdict(program, arch, number["clone3"]) == enosys
     assert verdict(program, arch, read) == allow
-    for name in set(number) - {"clone", "clone3"}:
+    for name in number:
         assert verdict(program, arch, number[name]) == eperm, name
-    assert {"ptrace", "keyctl", "memfd_create", "shmget", "io_uring_setup", "bpf"} <= set(number)
+    assert {"clone3", "ptrace", "keyctl", "memfd_create", "shmget", "semget", "io_setup",
+            "io_uring_setup", "bpf", "inotify_init1", "fanotify_init", "setxattr",
+            "fsetxattr", "setxattrat"} <= set(number)
+    for call in sockets:  # AF_UNIX passes; AF_INET, AF_NETLINK and AF_VSOCK do not
+        assert verdict(program, arch, call, 1) == allow
+        for family in (2, 10, 16, 40):
+            assert verdict(program, arch, call, family) == no_family
     assert verdict(program, 0x40000003, read) == kill  # a call through i386's interface
     if machine == "x86_64":
-        assert {"fork", "vfork"} <= set(number)
+        assert {"fork", "vfork", "inotify_init"} <= set(number)
         assert verdict(program, arch, 0x40000000 | read) == eperm  # the x32 interface
