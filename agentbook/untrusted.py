@@ -659,14 +659,14 @@ _SYSCALLS = {
         "lsetxattr": 189, "fsetxattr": 190, "setxattrat": 463, "io_setup": 206,
         "io_uring_setup": 425, "bpf": 321, "userfaultfd": 323,
         "perf_event_open": 298, "inotify_init": 253, "inotify_init1": 294,
-        "fanotify_init": 300}),
+        "fanotify_init": 300, "syslog": 103}),
     "aarch64": (0xC00000B7, {
         "clone": 220, "clone3": 435, "ptrace": 117, "add_key": 217,
         "request_key": 218, "keyctl": 219, "memfd_create": 279, "shmget": 194,
         "msgget": 186, "semget": 190, "setxattr": 5, "lsetxattr": 6,
         "fsetxattr": 7, "setxattrat": 463, "io_setup": 0, "io_uring_setup": 425,
         "bpf": 280, "userfaultfd": 282, "perf_event_open": 241,
-        "inotify_init1": 26, "fanotify_init": 262}),
+        "inotify_init1": 26, "fanotify_init": 262, "syslog": 116}),
 }
 _SOCKET_CALLS = {"x86_64": (41, 53), "aarch64": (198, 199)}
 

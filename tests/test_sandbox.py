@@ -193,6 +193,9 @@ ESCAPES = {
     "a POSIX message queue": (
         LIBC + "import os\nresult = libc.mq_open(b'/q', os.O_CREAT | os.O_RDWR, 0o600, None)\n"
         + ERRNO, "errno 24"),
+    # The kernel's log, which any user may read where the host sets kernel.dmesg_restrict to 0.
+    "read the kernel's log": (LIBC + "log = ctypes.create_string_buffer(4096)\n"
+                              "result = libc.klogctl(3, log, 4096)\n" + ERRNO, "errno 1"),
     # Watching a file the host shares, which tells when the host's processes open it.
     "watch a host file with inotify": (
         LIBC + "result = libc.inotify_init1(0)\n" + ERRNO, "errno 1"),
@@ -534,7 +537,7 @@ def test_the_filter_refuses_processes_threads_the_named_calls_and_sockets_but_un
         assert verdict(program, arch, number[name]) == eperm, name
     assert {"clone3", "ptrace", "keyctl", "memfd_create", "shmget", "semget", "io_setup",
             "io_uring_setup", "bpf", "inotify_init1", "fanotify_init", "setxattr",
-            "fsetxattr", "setxattrat"} <= set(number)
+            "fsetxattr", "setxattrat", "syslog"} <= set(number)
     for call in sockets:  # AF_UNIX passes; AF_INET, AF_NETLINK and AF_VSOCK do not
         assert verdict(program, arch, call, 1) == allow
         for family in (2, 10, 16, 40):
