@@ -252,7 +252,7 @@ def test_the_child_is_user_65534_alone_in_its_namespace_without_capabilities() -
     code = (LIBC + "import os\n"
             "header, data = (ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()\n"
             "libc.capget(header, data)\n"
-            "open_fds = []\nfor fd in range(256):\n    try:\n        os.fstat(fd)\n"
+            "open_fds = []\nfor fd in range(1024):\n    try:\n        os.fstat(fd)\n"
             "        open_fds.append(fd)\n    except OSError:\n        pass\n"
             "print(os.getuid(), os.getgid(), os.getgroups(), os.getpid(), os.getppid())\n"
             "print(os.getcwd(), dict(os.environ), list(data[:2]), open_fds)")
