@@ -582,8 +582,9 @@ class SandboxLimits:
             raise ValueError("cpu_seconds, memory_bytes, output_bytes and "
                              "scratch_bytes must be positive whole numbers")
         if type(self.wall_seconds) not in (int, float) or not (
-                0 < self.wall_seconds < float("inf")):
-            raise ValueError("wall_seconds must be a positive number")
+                0 < self.wall_seconds <= 24 * 3600):  # poll() cannot wait 25 days
+            raise ValueError("wall_seconds must be a positive number of "
+                             "seconds, at most a day")
 
 
 # From chapters/03_untrusted.ipynb, cell sandbox-run

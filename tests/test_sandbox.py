@@ -408,7 +408,8 @@ def test_the_tool_is_a_read_with_one_string_argument_and_checked_limits() -> Non
     assert (tool.schema, tool.effectful) == ({"code": str}, False)
     assert tool.handler(code="print(6 * 7)")["output"] == "42\n"
     for bad in ({"memory_bytes": 0}, {"cpu_seconds": 1.5}, {"output_bytes": "9"},
-                {"scratch_bytes": -1}, {"wall_seconds": float("nan")}, {"cpu_seconds": True}):
+                {"scratch_bytes": -1}, {"wall_seconds": float("nan")}, {"cpu_seconds": True},
+                {"wall_seconds": 25 * 24 * 3600.0}):  # longer than poll() can wait at once
         with pytest.raises(ValueError, match="positive"):
             sandboxed_python_tool(**bad)
     with pytest.raises(TypeError):
