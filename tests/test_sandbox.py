@@ -201,6 +201,9 @@ ESCAPES = {
         LIBC + "result = libc.inotify_init1(0)\n" + ERRNO, "errno 1"),
     "watch a host file with fanotify": (
         LIBC + "import os; result = libc.fanotify_init(0x200, os.O_RDONLY)\n" + ERRNO, "errno 1"),
+    "watch a host folder with dnotify": (  # the interpreter's folders are the host's own
+        "import fcntl, os, sys\nfolder = os.open(sys.path[-1], os.O_RDONLY)\n"
+        "fcntl.fcntl(folder, fcntl.F_NOTIFY, fcntl.DN_ACCESS | fcntl.DN_MULTISHOT)", EPERM),
     # Calls that mostly add attack surface on the kernel, refused whatever the host allows.
     "io_uring": (LIBC + "params = ctypes.create_string_buffer(120)\n"
                  "result = libc.syscall(425, 4, params)\n" + ERRNO, "errno 1"),
@@ -506,9 +509,9 @@ def test_a_kernel_without_pidfds_is_refused_and_the_trial_leaves_nothing(
 # The filter's program, run by a small BPF interpreter, on both machines it knows
 
 
-def verdict(program: bytes, arch: int, number: int, flags: int = 0) -> int:
+def verdict(program: bytes, arch: int, number: int, *arguments: int) -> int:
     """What the filter answers for one system call, as the kernel would run it."""
-    data = struct.pack("=iIQ6Q", number, arch, 0, flags, 0, 0, 0, 0, 0)
+    data = struct.pack("=iIQ6Q", number, arch, 0, *arguments, *[0] * (6 - len(arguments)))
     steps, step, value = list(struct.iter_unpack("=HBBI", program)), 0, 0
     while True:
         operation, if_true, if_false, operand = steps[step]
@@ -523,10 +526,10 @@ def verdict(program: bytes, arch: int, number: int, flags: int = 0) -> int:
 
 
 @pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
-def test_the_filter_refuses_processes_threads_the_named_calls_and_sockets_but_unixs(
+def test_the_filter_refuses_processes_threads_named_calls_dnotify_and_non_unix_sockets(
         machine: str) -> None:
     arch, number = untrusted._SYSCALLS[machine]
-    sockets = untrusted._SOCKET_CALLS[machine]
+    checked = untrusted._CHECKED_CALLS[machine]
     program = untrusted._seccomp_filter(machine)
     allow, eperm, no_family, kill = 0x7FFF0000, 0x50001, 0x50061, 0x80000000
     thread = 0x10000 | 0x100 | 0x800 | 0x200  # CLONE_THREAD | VM | SIGHAND | FS
@@ -539,10 +542,13 @@ def test_the_filter_refuses_processes_threads_the_named_calls_and_sockets_but_un
     assert {"clone3", "ptrace", "keyctl", "memfd_create", "shmget", "semget", "io_setup",
             "io_uring_setup", "bpf", "inotify_init1", "fanotify_init", "setxattr",
             "fsetxattr", "setxattrat", "syslog"} <= set(number)
-    for call in sockets:  # AF_UNIX passes; AF_INET, AF_NETLINK and AF_VSOCK do not
+    for call in (checked["socket"], checked["socketpair"]):  # AF_UNIX passes, no other
         assert verdict(program, arch, call, 1) == allow
-        for family in (2, 10, 16, 40):
+        for family in (2, 10, 16, 40):  # AF_INET, AF_INET6, AF_NETLINK, AF_VSOCK
             assert verdict(program, arch, call, family) == no_family
+    notify, set_flags = 1026, 4  # fcntl's F_NOTIFY (dnotify) and F_SETFL
+    assert verdict(program, arch, checked["fcntl"], 3, notify) == eperm
+    assert verdict(program, arch, checked["fcntl"], 3, set_flags) == allow
     assert verdict(program, 0x40000003, read) == kill  # a call through i386's interface
     if machine == "x86_64":
         assert {"fork", "vfork", "inotify_init"} <= set(number)
