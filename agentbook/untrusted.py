@@ -650,8 +650,8 @@ def _python_files() -> tuple[str, list[str], list[str]]:
 
 
 # From chapters/03_untrusted.ipynb, cell sandbox-syscalls
-# Each machine's audit architecture, its numbers for the calls the filter
-# refuses (the kernel's system-call tables), then socket's and socketpair's.
+# Each machine's audit architecture and its numbers for the calls the filter
+# refuses (the kernel's system-call tables), then for those it checks.
 _SYSCALLS = {
     "x86_64": (0xC000003E, {
         "clone": 56, "clone3": 435, "fork": 57, "vfork": 58, "ptrace": 101,
@@ -669,17 +669,18 @@ _SYSCALLS = {
         "bpf": 280, "userfaultfd": 282, "perf_event_open": 241,
         "inotify_init1": 26, "fanotify_init": 262, "syslog": 116}),
 }
-_SOCKET_CALLS = {"x86_64": (41, 53), "aarch64": (198, 199)}
+_CHECKED_CALLS = {"x86_64": {"socket": 41, "socketpair": 53, "fcntl": 72},
+                  "aarch64": {"socket": 198, "socketpair": 199, "fcntl": 25}}
 
 
 # From chapters/03_untrusted.ipynb, cell sandbox-filter
 def _seccomp_filter(machine: str) -> bytes:
     """The filter's BPF program, in steps of (operation, jump if true, jump
     if false, operand). A call through another architecture ends the
-    process; x32 calls and the named ones get EPERM, a socket of any family
-    but Unix's EAFNOSUPPORT."""
+    process; x32 calls, the named ones and dnotify's fcntl get EPERM, a
+    socket of any family but Unix's EAFNOSUPPORT."""
     arch, number = _SYSCALLS[machine]
-    socket, socketpair = _SOCKET_CALLS[machine]
+    checked = _CHECKED_CALLS[machine]
     load, equal, at_least, answer = 0x20, 0x15, 0x35, 0x06
     allow, kill, refuse, no_family = 0x7FFF0000, 0x80000000, 0x50001, 0x50061
     steps = [(load, 0, 0, 4), (equal, 1, 0, arch), (answer, 0, 0, kill),
@@ -688,9 +689,13 @@ def _seccomp_filter(machine: str) -> bytes:
         steps += [(at_least, 0, 1, 0x40000000), (answer, 0, 0, refuse)]
     for value in number.values():
         steps += [(equal, 0, 1, value), (answer, 0, 0, refuse)]
-    steps += [(equal, 1, 0, socket), (equal, 0, 2, socketpair),
-              (load, 0, 0, 16), (equal, 0, 1, 1),  # its family: AF_UNIX?
-              (answer, 0, 0, allow), (answer, 0, 0, no_family)]
+    steps += [(equal, 1, 0, checked["socket"]),
+              (equal, 0, 2, checked["socketpair"]),
+              (load, 0, 0, 16), (equal, 4, 5, 1),  # its family: AF_UNIX?
+              (equal, 0, 3, checked["fcntl"]),
+              (load, 0, 0, 24), (equal, 0, 1, 1026),  # its command: F_NOTIFY?
+              (answer, 0, 0, refuse), (answer, 0, 0, allow),
+              (answer, 0, 0, no_family)]
     return b"".join(struct.pack("=HBBI", *step) for step in steps)
 
 
