@@ -204,6 +204,11 @@ ESCAPES = {
     "watch a host folder with dnotify": (  # the interpreter's folders are the host's own
         "import fcntl, os, sys\nfolder = os.open(sys.path[-1], os.O_RDONLY)\n"
         "fcntl.fcntl(folder, fcntl.F_NOTIFY, fcntl.DN_ACCESS | fcntl.DN_MULTISHOT)", EPERM),
+    # A lease on a file the host shares (its owner, where the notebook runs as root): a host
+    # process that opens the file for writing waits until the lease is given up.
+    "a lease on a host file": ("import fcntl, os\n"
+                               "shared = os.open('/etc/ld.so.cache', os.O_RDONLY)\n"
+                               "fcntl.fcntl(shared, fcntl.F_SETLEASE, fcntl.F_RDLCK)", EPERM),
     # Calls that mostly add attack surface on the kernel, refused whatever the host allows.
     "io_uring": (LIBC + "params = ctypes.create_string_buffer(120)\n"
                  "result = libc.syscall(425, 4, params)\n" + ERRNO, "errno 1"),
@@ -526,7 +531,7 @@ def verdict(program: bytes, arch: int, number: int, *arguments: int) -> int:
 
 
 @pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
-def test_the_filter_refuses_processes_threads_named_calls_dnotify_and_non_unix_sockets(
+def test_the_filter_refuses_processes_threads_named_calls_watches_leases_other_sockets(
         machine: str) -> None:
     arch, number = untrusted._SYSCALLS[machine]
     checked = untrusted._CHECKED_CALLS[machine]
@@ -546,9 +551,9 @@ def test_the_filter_refuses_processes_threads_named_calls_dnotify_and_non_unix_s
         assert verdict(program, arch, call, 1) == allow
         for family in (2, 10, 16, 40):  # AF_INET, AF_INET6, AF_NETLINK, AF_VSOCK
             assert verdict(program, arch, call, family) == no_family
-    notify, set_flags = 1026, 4  # fcntl's F_NOTIFY (dnotify) and F_SETFL
-    assert verdict(program, arch, checked["fcntl"], 3, notify) == eperm
-    assert verdict(program, arch, checked["fcntl"], 3, set_flags) == allow
+    notify, lease, set_flags, set_lock = 1026, 1024, 4, 6  # fcntl's F_NOTIFY, F_SETLEASE, ...
+    for command, answer in ((notify, eperm), (lease, eperm), (set_flags, allow), (set_lock, allow)):
+        assert verdict(program, arch, checked["fcntl"], 3, command) == answer
     assert verdict(program, 0x40000003, read) == kill  # a call through i386's interface
     if machine == "x86_64":
         assert {"fork", "vfork", "inotify_init"} <= set(number)
