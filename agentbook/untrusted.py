@@ -677,8 +677,8 @@ _CHECKED_CALLS = {"x86_64": {"socket": 41, "socketpair": 53, "fcntl": 72},
 def _seccomp_filter(machine: str) -> bytes:
     """The filter's BPF program, in steps of (operation, jump if true, jump
     if false, operand). A call through another architecture ends the
-    process; x32 calls, the named ones and dnotify's fcntl get EPERM, a
-    socket of any family but Unix's EAFNOSUPPORT."""
+    process; x32 calls, the named ones and fcntl's F_NOTIFY and F_SETLEASE
+    get EPERM, a socket of any family but Unix's EAFNOSUPPORT."""
     arch, number = _SYSCALLS[machine]
     checked = _CHECKED_CALLS[machine]
     load, equal, at_least, answer = 0x20, 0x15, 0x35, 0x06
@@ -691,9 +691,9 @@ def _seccomp_filter(machine: str) -> bytes:
         steps += [(equal, 0, 1, value), (answer, 0, 0, refuse)]
     steps += [(equal, 1, 0, checked["socket"]),
               (equal, 0, 2, checked["socketpair"]),
-              (load, 0, 0, 16), (equal, 4, 5, 1),  # its family: AF_UNIX?
-              (equal, 0, 3, checked["fcntl"]),
-              (load, 0, 0, 24), (equal, 0, 1, 1026),  # its command: F_NOTIFY?
+              (load, 0, 0, 16), (equal, 5, 6, 1),  # its family: AF_UNIX?
+              (equal, 0, 4, checked["fcntl"]), (load, 0, 0, 24),  # command:
+              (equal, 1, 0, 1026), (equal, 0, 1, 1024),  # F_NOTIFY, F_SETLEASE
               (answer, 0, 0, refuse), (answer, 0, 0, allow),
               (answer, 0, 0, no_family)]
     return b"".join(struct.pack("=HBBI", *step) for step in steps)
