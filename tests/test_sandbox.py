@@ -388,12 +388,14 @@ def test_an_interrupted_run_still_ends_its_namespace(monkeypatch: pytest.MonkeyP
 def test_ordinary_code_runs_with_the_standard_library_and_its_compiled_modules() -> None:
     code = ("import json, sqlite3, ssl, zlib, decimal, hashlib, collections\n"
             "open('a.txt', 'w').write('hi')\n"
+            "with sqlite3.connect('d.db') as db:  # a file: SQLite locks it as it writes\n"
+            "    db.execute('create table t (x)'); db.execute('insert into t values (42)')\n"
             "print(sorted(__import__('os').listdir('.')), json.dumps({'x': 1}),\n"
-            "      sqlite3.connect(':memory:').execute('select 6 * 7').fetchone()[0],\n"
+            "      sqlite3.connect('d.db').execute('select x from t').fetchone()[0],\n"
             "      zlib.decompress(zlib.compress(b'ab' * 9)), decimal.Decimal('0.1') * 3)")
     seen = run(code)
     assert seen == {"status": "completed", "reason": "exited normally",
-                    "output": "['a.txt'] {\"x\": 1} 42 b'ababababababababab' 0.3\n"}
+                    "output": "['a.txt', 'd.db'] {\"x\": 1} 42 b'ababababababababab' 0.3\n"}
 
 
 @needs_sandbox
