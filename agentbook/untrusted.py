@@ -582,7 +582,7 @@ class SandboxLimits:
             raise ValueError("cpu_seconds, memory_bytes, output_bytes and "
                              "scratch_bytes must be positive whole numbers")
         if type(self.wall_seconds) not in (int, float) or not (
-                0 < self.wall_seconds <= 24 * 3600):  # poll() cannot wait 25 days
+                0 < self.wall_seconds <= 86400):  # poll() cannot wait 25 days
             raise ValueError("wall_seconds must be a positive number of "
                              "seconds, at most a day")
 
@@ -665,9 +665,10 @@ _SYSCALLS = {
         "clone": 220, "clone3": 435, "ptrace": 117, "add_key": 217,
         "request_key": 218, "keyctl": 219, "memfd_create": 279, "shmget": 194,
         "msgget": 186, "semget": 190, "setxattr": 5, "lsetxattr": 6,
-        "fsetxattr": 7, "setxattrat": 463, "io_setup": 0, "io_uring_setup": 425,
-        "bpf": 280, "userfaultfd": 282, "perf_event_open": 241,
-        "inotify_init1": 26, "fanotify_init": 262, "syslog": 116}),
+        "fsetxattr": 7, "setxattrat": 463, "io_setup": 0,
+        "io_uring_setup": 425, "bpf": 280, "userfaultfd": 282,
+        "perf_event_open": 241, "inotify_init1": 26, "fanotify_init": 262,
+        "syslog": 116}),
 }
 _CHECKED_CALLS = {"x86_64": {"socket": 41, "socketpair": 53, "fcntl": 72},
                   "aarch64": {"socket": 198, "socketpair": 199, "fcntl": 25}}
