@@ -582,8 +582,9 @@ class SandboxLimits:
             raise ValueError("cpu_seconds, memory_bytes, output_bytes and "
                              "scratch_bytes must be positive whole numbers")
         if type(self.wall_seconds) not in (int, float) or not (
-                0 < self.wall_seconds < float("inf")):
-            raise ValueError("wall_seconds must be a positive number")
+                0 < self.wall_seconds <= 86400):  # poll() cannot wait 25 days
+            raise ValueError("wall_seconds must be a positive number of "
+                             "seconds, at most a day")
 
 
 # From chapters/03_untrusted.ipynb, cell sandbox-run
@@ -597,6 +598,9 @@ cpu, memory, scratch = (int(value) for value in sys.argv[1:4])
 limit(resource.RLIMIT_CORE, 0)
 limit(resource.RLIMIT_NOFILE, 64)
 limit(resource.RLIMIT_NPROC, 64)
+# The kernel counts these for the user outside the namespaces too.
+limit(resource.RLIMIT_SIGPENDING, 64)
+limit(resource.RLIMIT_MSGQUEUE, 0)
 limit(resource.RLIMIT_FSIZE, scratch)
 limit(resource.RLIMIT_AS, memory)
 resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
@@ -645,42 +649,54 @@ def _python_files() -> tuple[str, list[str], list[str]]:
     return python, sorted(files), folders
 
 
-# From chapters/03_untrusted.ipynb, cell sandbox-filter
+# From chapters/03_untrusted.ipynb, cell sandbox-syscalls
 # Each machine's audit architecture and its numbers for the calls the filter
-# names (the kernel's system-call tables).
+# refuses (the kernel's system-call tables), then for those it checks.
 _SYSCALLS = {
     "x86_64": (0xC000003E, {
         "clone": 56, "clone3": 435, "fork": 57, "vfork": 58, "ptrace": 101,
         "add_key": 248, "request_key": 249, "keyctl": 250, "memfd_create": 319,
-        "shmget": 29, "msgget": 68, "io_uring_setup": 425, "bpf": 321,
-        "userfaultfd": 323, "perf_event_open": 298}),
+        "shmget": 29, "msgget": 68, "semget": 64, "setxattr": 188,
+        "lsetxattr": 189, "fsetxattr": 190, "setxattrat": 463, "io_setup": 206,
+        "io_uring_setup": 425, "bpf": 321, "userfaultfd": 323,
+        "perf_event_open": 298, "inotify_init": 253, "inotify_init1": 294,
+        "fanotify_init": 300, "syslog": 103}),
     "aarch64": (0xC00000B7, {
         "clone": 220, "clone3": 435, "ptrace": 117, "add_key": 217,
         "request_key": 218, "keyctl": 219, "memfd_create": 279, "shmget": 194,
-        "msgget": 186, "io_uring_setup": 425, "bpf": 280, "userfaultfd": 282,
-        "perf_event_open": 241}),
+        "msgget": 186, "semget": 190, "setxattr": 5, "lsetxattr": 6,
+        "fsetxattr": 7, "setxattrat": 463, "io_setup": 0,
+        "io_uring_setup": 425, "bpf": 280, "userfaultfd": 282,
+        "perf_event_open": 241, "inotify_init1": 26, "fanotify_init": 262,
+        "syslog": 116}),
 }
+_CHECKED_CALLS = {"x86_64": {"socket": 41, "socketpair": 53, "fcntl": 72},
+                  "aarch64": {"socket": 198, "socketpair": 199, "fcntl": 25}}
 
 
+# From chapters/03_untrusted.ipynb, cell sandbox-filter
 def _seccomp_filter(machine: str) -> bytes:
     """The filter's BPF program, in steps of (operation, jump if true, jump
     if false, operand). A call through another architecture ends the
-    process; x32 calls and the named ones get EPERM, clone3 ENOSYS (threads
-    then fall back to clone); clone passes only with CLONE_THREAD."""
+    process; x32 calls, the named ones and fcntl's F_NOTIFY and F_SETLEASE
+    get EPERM, a socket of any family but Unix's EAFNOSUPPORT."""
     arch, number = _SYSCALLS[machine]
-    load, equal, at_least, has_bits, answer = 0x20, 0x15, 0x35, 0x45, 0x06
-    allow, kill, refuse, absent = 0x7FFF0000, 0x80000000, 0x50001, 0x50026
+    checked = _CHECKED_CALLS[machine]
+    load, equal, at_least, answer = 0x20, 0x15, 0x35, 0x06
+    allow, kill, refuse, no_family = 0x7FFF0000, 0x80000000, 0x50001, 0x50061
     steps = [(load, 0, 0, 4), (equal, 1, 0, arch), (answer, 0, 0, kill),
              (load, 0, 0, 0)]  # the architecture, then the call's number
     if machine == "x86_64":
         steps += [(at_least, 0, 1, 0x40000000), (answer, 0, 0, refuse)]
-    for name, value in number.items():
-        if name != "clone":
-            error = absent if name == "clone3" else refuse
-            steps += [(equal, 0, 1, value), (answer, 0, 0, error)]
-    steps += [(equal, 0, 2, number["clone"]), (load, 0, 0, 16),  # its flags
-              (has_bits, 0, 1, 0x10000), (answer, 0, 0, allow),
-              (answer, 0, 0, refuse)]
+    for value in number.values():
+        steps += [(equal, 0, 1, value), (answer, 0, 0, refuse)]
+    steps += [(equal, 1, 0, checked["socket"]),
+              (equal, 0, 2, checked["socketpair"]),
+              (load, 0, 0, 16), (equal, 5, 6, 1),  # its family: AF_UNIX?
+              (equal, 0, 4, checked["fcntl"]), (load, 0, 0, 24),  # command:
+              (equal, 1, 0, 1026), (equal, 0, 1, 1024),  # F_NOTIFY, F_SETLEASE
+              (answer, 0, 0, refuse), (answer, 0, 0, allow),
+              (answer, 0, 0, no_family)]
     return b"".join(struct.pack("=HBBI", *step) for step in steps)
 
 

@@ -39,12 +39,16 @@ NUMBERS = untrusted._SYSCALLS.get(platform.machine(), (0, {}))[1]
 
 
 def parent_state() -> tuple[object, ...]:
-    """What a run must leave as it was: the parent's limits, environment and descriptors."""
+    """What a run must leave as it was: the parent's limits, environment, descriptors, folder
+    and signal handlers."""
     import resource  # here: Windows has none, and there only the refusal is tested
+    import signal
 
     limits = {name: resource.getrlimit(getattr(resource, name))
               for name in dir(resource) if name.startswith("RLIMIT_")}
-    return limits, dict(os.environ), sorted(os.listdir("/proc/self/fd"))
+    handlers = {number: signal.getsignal(number) for number in signal.valid_signals()}
+    return (limits, dict(os.environ), sorted(os.listdir("/proc/self/fd")), os.getcwd(),
+            handlers)
 
 
 def processes_marked(mark: int) -> list[str]:
@@ -63,7 +67,8 @@ def processes_marked(mark: int) -> list[str]:
 
 def run(code: str, **limits: Any) -> dict[str, str]:
     """Run `code` in the sandbox, then check that the run left nothing: no process of its
-    own on the host, and the parent's limits, environment and open files unchanged."""
+    own on the host, and the parent's limits, environment, open files, folder and signal
+    handlers unchanged."""
     mark = 16 * 2**20 + secrets.randbelow(2**20)  # this run's scratch size, its mark
     chosen = SandboxLimits(**{"scratch_bytes": mark, **limits})
     before = parent_state()
@@ -103,12 +108,16 @@ ESCAPES = {
     "shm_open": ("import _posixshmem, os\n"
                  "_posixshmem.shm_open('/probe', os.O_CREAT | os.O_RDWR, 0o600)",
                  "Read-only file system"),
-    "setxattr outside scratch": ("import os; os.setxattr(os.__file__, 'user.x', b'1')",
-                                 "Read-only file system"),
-    # The network: a namespace with only a loopback device.
+    "setxattr outside scratch": ("import os; os.setxattr(os.__file__, 'user.x', b'1')", EPERM),
+    # The network: a namespace with only a loopback device, and sockets of one family, Unix's.
     "open a socket": ("import socket\nsocket.create_connection(('192.0.2.1', 80), timeout=2)",
-                      "Network is unreachable"),
+                      "Address family not supported by protocol"),
     "resolve a name": ("import socket; socket.getaddrinfo('example.com', 80)", "gaierror"),
+    # vsock has no network namespace: on a virtual machine it reaches the hypervisor's services.
+    "a vsock socket": ("import socket; socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM)",
+                       "Address family not supported by protocol"),
+    "a netlink socket": ("import socket; socket.socket(socket.AF_NETLINK, socket.SOCK_RAW)",
+                         "Address family not supported by protocol"),
     # Processes: the filter refuses every way to start one.
     "start a shell": ("import subprocess; subprocess.run(['/bin/sh', '-c', 'id'])", EPERM),
     "fork": ("import os; os.fork()", EPERM),
@@ -125,7 +134,18 @@ ESCAPES = {
         "subprocess.Popen(['/bin/sh', '-c', 'sleep 60'])", EPERM),
     "a raw clone": (LIBC + f"result = libc.syscall({NUMBERS.get('clone')}, 17, 0, 0, 0, 0)\n"
                     + ERRNO, "errno 1"),
-    "clone3": (LIBC + "result = libc.syscall(435, 0, 0)\n" + ERRNO, "errno 38"),
+    "clone3": (LIBC + "result = libc.syscall(435, 0, 0)\n" + ERRNO, "errno 1"),
+    # Threads too: run as root, the process is exempt from RLIMIT_NPROC, and threads with small
+    # stacks cost kernel memory and host process IDs, not address space.
+    "a thread": ("import threading; threading.Thread(target=print).start()",
+                 "RuntimeError: can't start new thread"),
+    "threads with small stacks": (
+        LIBC + "attributes = ctypes.create_string_buffer(64)\n"
+        "libc.pthread_attr_init(attributes); libc.pthread_attr_setstacksize(attributes, 16384)\n"
+        "started = 0\nfor _ in range(100):\n    thread = ctypes.c_ulong()\n"
+        "    started += libc.pthread_create(ctypes.byref(thread), attributes,\n"
+        "                                   ctypes.cast(libc.pause, ctypes.c_void_p), None) == 0\n"
+        "print('started', started)", "started 0\n"),
     "exec a shell in place": ("import os; os.execv('/bin/sh', ['sh'])", "FileNotFoundError"),
     # Other processes: the parent's ID names nothing in the child's namespace.
     "signal the parent": ("import os, signal; os.kill({pid}, signal.SIGKILL)",
@@ -152,6 +172,43 @@ ESCAPES = {
                                "errno 1"),
     "a System V message queue": (LIBC + "result = libc.msgget(1, 0o1600)\n" + ERRNO, "errno 1"),
     "a file only a descriptor names": ("import os; os.memfd_create('hoard')", EPERM),
+    "System V semaphores": (LIBC + "result = libc.semget(0, 32000, 0o1600)\n" + ERRNO,
+                            "errno 1"),
+    "extended attributes in scratch": ("import os; open('x', 'w').close()\n"
+                                       "os.setxattr('x', 'user.x', bytes(60000))", EPERM),
+    "setxattrat": (LIBC + "open('x', 'w').close()\nvalue = ctypes.create_string_buffer(8)\n"
+                   "spec = (ctypes.c_uint64 * 2)(ctypes.addressof(value), 8)\n"
+                   "result = libc.syscall(463, -100, b'x', 0, b'user.x', spec, 16)\n" + ERRNO,
+                   "errno 1"),
+    # What the kernel counts for the whole host, or for the host's user: the run's share would
+    # be taken from every other process (root's, where the notebook runs as root).
+    "an asynchronous I/O context": (
+        LIBC + "context = ctypes.c_ulong()\n"
+        f"result = libc.syscall({NUMBERS.get('io_setup')}, 32768, ctypes.byref(context))\n"
+        + ERRNO, "errno 1"),
+    "queue signals past the limit": (
+        LIBC + "timer, made = ctypes.c_void_p(), 0\n"
+        "while made < 1000 and libc.timer_create(1, None, ctypes.byref(timer)) == 0:\n"
+        "    made += 1\nprint('timers', made)", r"timers ([0-9]|[1-5][0-9]|6[0-4])\n"),
+    "a POSIX message queue": (
+        LIBC + "import os\nresult = libc.mq_open(b'/q', os.O_CREAT | os.O_RDWR, 0o600, None)\n"
+        + ERRNO, "errno 24"),
+    # The kernel's log, which any user may read where the host sets kernel.dmesg_restrict to 0.
+    "read the kernel's log": (LIBC + "log = ctypes.create_string_buffer(4096)\n"
+                              "result = libc.klogctl(3, log, 4096)\n" + ERRNO, "errno 1"),
+    # Watching a file the host shares, which tells when the host's processes open it.
+    "watch a host file with inotify": (
+        LIBC + "result = libc.inotify_init1(0)\n" + ERRNO, "errno 1"),
+    "watch a host file with fanotify": (
+        LIBC + "import os; result = libc.fanotify_init(0x200, os.O_RDONLY)\n" + ERRNO, "errno 1"),
+    "watch a host folder with dnotify": (  # the interpreter's folders are the host's own
+        "import fcntl, os, sys\nfolder = os.open(sys.path[-1], os.O_RDONLY)\n"
+        "fcntl.fcntl(folder, fcntl.F_NOTIFY, fcntl.DN_ACCESS | fcntl.DN_MULTISHOT)", EPERM),
+    # A lease on a file the host shares (its owner, where the notebook runs as root): a host
+    # process that opens the file for writing waits until the lease is given up.
+    "a lease on a host file": ("import fcntl, os\n"
+                               "shared = os.open('/etc/ld.so.cache', os.O_RDONLY)\n"
+                               "fcntl.fcntl(shared, fcntl.F_SETLEASE, fcntl.F_RDLCK)", EPERM),
     # Calls that mostly add attack surface on the kernel, refused whatever the host allows.
     "io_uring": (LIBC + "params = ctypes.create_string_buffer(120)\n"
                  "result = libc.syscall(425, 4, params)\n" + ERRNO, "errno 1"),
@@ -203,7 +260,7 @@ def test_the_child_is_user_65534_alone_in_its_namespace_without_capabilities() -
     code = (LIBC + "import os\n"
             "header, data = (ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()\n"
             "libc.capget(header, data)\n"
-            "open_fds = []\nfor fd in range(256):\n    try:\n        os.fstat(fd)\n"
+            "open_fds = []\nfor fd in range(1024):\n    try:\n        os.fstat(fd)\n"
             "        open_fds.append(fd)\n    except OSError:\n        pass\n"
             "print(os.getuid(), os.getgid(), os.getgroups(), os.getpid(), os.getppid())\n"
             "print(os.getcwd(), dict(os.environ), list(data[:2]), open_fds)")
@@ -226,15 +283,13 @@ def test_the_notebooks_packages_and_repository_are_out_of_view() -> None:
 
 
 @needs_sandbox
-def test_what_the_child_leaves_in_scratch_or_its_ipc_namespace_ends_with_the_run() -> None:
+def test_what_the_child_leaves_in_scratch_ends_with_the_run() -> None:
     token = f"agentbook-probe-{secrets.token_hex(4)}"
     code = (f"import os\nos.mkfifo('{token}')\nopen('{token}.txt', 'w').close()\n"
-            f"os.setxattr('{token}.txt', 'user.x', b'1')\n" + LIBC
-            + f"queue = libc.mq_open(b'/{token}', os.O_CREAT | os.O_RDWR, 0o600, None)\n"
-            "print(queue >= 0, sorted(os.listdir('.')))")
+            "print(sorted(os.listdir('.')))")
     seen = run(code)
-    assert seen["output"] == f"True ['{token}', '{token}.txt']\n", seen
-    for place in ("/tmp", "/dev/shm", "/dev/mqueue"):
+    assert seen["output"] == f"['{token}', '{token}.txt']\n", seen
+    for place in ("/tmp", "/dev/shm", "/scratch"):
         assert not Path(place, token).exists()
 
 
@@ -286,17 +341,6 @@ def test_catching_the_processor_time_signal_only_reaches_the_hard_limit() -> Non
 
 
 @needs_sandbox
-def test_threads_run_and_a_thread_bomb_ends_in_an_error() -> None:
-    assert run("import threading\nthreading.Thread(target=print, args=('hi',)).start()"
-               )["output"] == "hi\n"
-    bomb = ("import threading, time\nstarted = 0\ntry:\n    while True:\n"
-            "        threading.Thread(target=time.sleep, args=(5,), daemon=True).start()\n"
-            "        started += 1\nexcept RuntimeError:\n    print(started)")
-    seen = run(bomb, wall_seconds=10)
-    assert seen["status"] == "completed" and int(seen["output"]) < 64, seen
-
-
-@needs_sandbox
 def test_the_wall_clock_ends_every_process_in_the_namespace(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # With a filter that allows everything, the child can fork: killing the namespace's first
@@ -344,12 +388,14 @@ def test_an_interrupted_run_still_ends_its_namespace(monkeypatch: pytest.MonkeyP
 def test_ordinary_code_runs_with_the_standard_library_and_its_compiled_modules() -> None:
     code = ("import json, sqlite3, ssl, zlib, decimal, hashlib, collections\n"
             "open('a.txt', 'w').write('hi')\n"
+            "with sqlite3.connect('d.db') as db:  # a file: SQLite locks it as it writes\n"
+            "    db.execute('create table t (x)'); db.execute('insert into t values (42)')\n"
             "print(sorted(__import__('os').listdir('.')), json.dumps({'x': 1}),\n"
-            "      sqlite3.connect(':memory:').execute('select 6 * 7').fetchone()[0],\n"
+            "      sqlite3.connect('d.db').execute('select x from t').fetchone()[0],\n"
             "      zlib.decompress(zlib.compress(b'ab' * 9)), decimal.Decimal('0.1') * 3)")
     seen = run(code)
     assert seen == {"status": "completed", "reason": "exited normally",
-                    "output": "['a.txt'] {\"x\": 1} 42 b'ababababababababab' 0.3\n"}
+                    "output": "['a.txt', 'd.db'] {\"x\": 1} 42 b'ababababababababab' 0.3\n"}
 
 
 @needs_sandbox
@@ -372,7 +418,8 @@ def test_the_tool_is_a_read_with_one_string_argument_and_checked_limits() -> Non
     assert (tool.schema, tool.effectful) == ({"code": str}, False)
     assert tool.handler(code="print(6 * 7)")["output"] == "42\n"
     for bad in ({"memory_bytes": 0}, {"cpu_seconds": 1.5}, {"output_bytes": "9"},
-                {"scratch_bytes": -1}, {"wall_seconds": float("nan")}, {"cpu_seconds": True}):
+                {"scratch_bytes": -1}, {"wall_seconds": float("nan")}, {"cpu_seconds": True},
+                {"wall_seconds": 25 * 24 * 3600.0}):  # longer than poll() can wait at once
         with pytest.raises(ValueError, match="positive"):
             sandboxed_python_tool(**bad)
     with pytest.raises(TypeError):
@@ -469,9 +516,9 @@ def test_a_kernel_without_pidfds_is_refused_and_the_trial_leaves_nothing(
 # The filter's program, run by a small BPF interpreter, on both machines it knows
 
 
-def verdict(program: bytes, arch: int, number: int, flags: int = 0) -> int:
+def verdict(program: bytes, arch: int, number: int, *arguments: int) -> int:
     """What the filter answers for one system call, as the kernel would run it."""
-    data = struct.pack("=iIQ6Q", number, arch, 0, flags, 0, 0, 0, 0, 0)
+    data = struct.pack("=iIQ6Q", number, arch, 0, *arguments, *[0] * (6 - len(arguments)))
     steps, step, value = list(struct.iter_unpack("=HBBI", program)), 0, 0
     while True:
         operation, if_true, if_false, operand = steps[step]
@@ -486,21 +533,30 @@ def verdict(program: bytes, arch: int, number: int, flags: int = 0) -> int:
 
 
 @pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
-def test_the_filter_refuses_new_processes_and_the_named_calls_and_allows_threads(
+def test_the_filter_refuses_processes_threads_named_calls_watches_leases_other_sockets(
         machine: str) -> None:
     arch, number = untrusted._SYSCALLS[machine]
+    checked = untrusted._CHECKED_CALLS[machine]
     program = untrusted._seccomp_filter(machine)
-    allow, eperm, enosys, kill = 0x7FFF0000, 0x50001, 0x50026, 0x80000000
+    allow, eperm, no_family, kill = 0x7FFF0000, 0x50001, 0x50061, 0x80000000
     thread = 0x10000 | 0x100 | 0x800 | 0x200  # CLONE_THREAD | VM | SIGHAND | FS
     read = {"x86_64": 0, "aarch64": 63}[machine]
-    assert verdict(program, arch, number["clone"], thread) == allow
+    assert verdict(program, arch, number["clone"], thread) == eperm
     assert verdict(program, arch, number["clone"], 17) == eperm  # SIGCHLD alone: a process
-    assert verdict(program, arch, number["clone3"]) == enosys
     assert verdict(program, arch, read) == allow
-    for name in set(number) - {"clone", "clone3"}:
+    for name in number:
         assert verdict(program, arch, number[name]) == eperm, name
-    assert {"ptrace", "keyctl", "memfd_create", "shmget", "io_uring_setup", "bpf"} <= set(number)
+    assert {"clone3", "ptrace", "keyctl", "memfd_create", "shmget", "semget", "io_setup",
+            "io_uring_setup", "bpf", "inotify_init1", "fanotify_init", "setxattr",
+            "fsetxattr", "setxattrat", "syslog"} <= set(number)
+    for call in (checked["socket"], checked["socketpair"]):  # AF_UNIX passes, no other
+        assert verdict(program, arch, call, 1) == allow
+        for family in (2, 10, 16, 40):  # AF_INET, AF_INET6, AF_NETLINK, AF_VSOCK
+            assert verdict(program, arch, call, family) == no_family
+    notify, lease, set_flags, set_lock = 1026, 1024, 4, 6  # fcntl's F_NOTIFY, F_SETLEASE, ...
+    for command, answer in ((notify, eperm), (lease, eperm), (set_flags, allow), (set_lock, allow)):
+        assert verdict(program, arch, checked["fcntl"], 3, command) == answer
     assert verdict(program, 0x40000003, read) == kill  # a call through i386's interface
     if machine == "x86_64":
-        assert {"fork", "vfork"} <= set(number)
+        assert {"fork", "vfork", "inotify_init"} <= set(number)
         assert verdict(program, arch, 0x40000000 | read) == eperm  # the x32 interface
