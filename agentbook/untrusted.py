@@ -2,10 +2,13 @@
 # change the notebook's "# @save" cells and run `python -m scripts.build.save`.
 """Code saved from the chapter notebook chapters/03_untrusted.ipynb."""
 
+import functools
 import json
 import re
+import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from decimal import Decimal
 from functools import wraps
 from typing import Any
 from agentbook.anatomy import (
@@ -310,26 +313,109 @@ def scope_tools(tools: dict[str, ToolSpec], principal: Principal, *,
 
 
 # From chapters/03_untrusted.ipynb, cell provenance-values
+def _number_text(number: int | float) -> str:
+    """A number as plain decimal text: 4500.0 as 4500, 1e-2 as 0.01."""
+    exact = Decimal(repr(number) if isinstance(number, float) else number)
+    if not exact.is_finite():
+        return str(number)  # nan or inf: a word, not an amount
+    return format(exact.normalize(), "f")
+
+
 def _pieces(value: Any) -> list[str]:
-    """The text of every string and number inside an argument value."""
+    """The text of every string and number inside a value, however nested.
+
+    A string with no letter or digit names nothing and is left out.
+    """
     if isinstance(value, bool) or value is None:
         return []  # a flag or a null names nothing an attacker could plant
     if isinstance(value, str):
-        return [value.strip()] if value.strip() else []
+        return [value.strip()] if any(map(str.isalnum, value)) else []
     if isinstance(value, int | float):
-        whole = isinstance(value, float) and value.is_integer()
-        return [str(value)] + ([str(int(value))] if whole else [])
+        return [_number_text(value)]
     if isinstance(value, dict):
-        value = [*value.keys(), *value.values()]
-    if isinstance(value, list | tuple):
+        value = [*value.values(), *value.keys()]
+    if isinstance(value, list | tuple | set | frozenset):
         return [piece for item in value for piece in _pieces(item)]
     return [str(value)]
 
 
-def _appears(piece: str, text: str) -> bool:
-    """Whether ``piece`` occurs in ``text`` as a whole word or phrase."""
-    pattern = rf"(?<!\w){re.escape(piece)}(?!\w)"
-    return re.search(pattern, text) is not None
+# From chapters/03_untrusted.ipynb, cell provenance-canonical
+# Cyrillic and Greek letters that print like Latin ones, then the Latin
+# letters they imitate: the common part of Unicode's confusables list.
+_LOOK_ALIKES = ("АВЕКМНОРСТХУЅІЈԚԜҮҺӀаеорсухѕіјһԁԛԝӏү"
+                "ΑΒΕΖΗΙΚΜΝΟΡΤΥΧαοριυκνχıȷ")
+_LATIN = ("ABEKMHOPCTXYSIJQWYHIaeopcyxsijhdqwly"
+          "ABEZHIKMNOPTYXaopiukvxij")
+
+
+@functools.lru_cache(maxsize=256)
+def _canonical(text: str) -> str:
+    """``text`` as a reader's eye takes it in, for matching only.
+
+    Compatibility forms become plain (NFKD: fullwidth, ligatures,
+    superscripts), marks and invisible format characters go, digits of
+    any script become 0-9, look-alike letters become the Latin ones they
+    imitate, and case is folded.
+    """
+    if text.isascii():
+        return text.casefold()
+    kept = []
+    for char in unicodedata.normalize("NFKD", text):
+        kind = unicodedata.category(char)
+        if kind == "Nd":
+            kept.append(str(unicodedata.decimal(char)))
+        elif kind not in ("Mn", "Me", "Cf"):
+            kept.append(char)
+    look_alikes = str.maketrans(_LOOK_ALIKES, _LATIN)
+    return "".join(kept).translate(look_alikes).casefold()
+
+
+# From chapters/03_untrusted.ipynb, cell provenance-numbers
+_NUMBER = r"\d+(?:\.\d+)?"  # a number as _pieces writes it
+_GROUPS = ("", ",", ".", " ", "\u00a0", "\u202f", "'")  # thousands marks
+
+
+def _written(number: str) -> list[str]:
+    """The usual ways to write ``number``: 4500 as 4,500 or 4.500,00."""
+    whole, _, cents = number.partition(".")
+    fractions = [cents, cents.ljust(2, "0")] if cents else ["", "00"]
+    return sorted({f"{int(whole):,}".replace(",", group)
+                   + (mark + fraction if fraction else "")
+                   for group in _GROUPS for mark in ".," if mark != group
+                   for fraction in fractions})
+
+
+def _whole(body: str, number: bool) -> re.Pattern[str]:
+    """``body``, with no letter or digit on either side; a number also
+    with no decimals around it, so that 12 is not found in 12.50."""
+    before, after = r"(?<![^\W_])", r"(?![^\W_])"
+    if number:
+        before, after = before + r"(?<!\d[.,])", after + r"(?![.,]\d)"
+    return re.compile(before + body + after)
+
+
+# From chapters/03_untrusted.ipynb, cell provenance-patterns
+def _vouching(piece: str) -> re.Pattern[str]:
+    """Where trusted text writes ``piece``: as it is, spaces and hyphens
+    aside, or for a number in any of the usual formats."""
+    kept = [re.escape(char) for char in piece if char not in " \t\n-"]
+    forms = [r"[\s-]*".join(kept)]
+    number = re.fullmatch(_NUMBER, piece) is not None
+    if number:
+        forms += [re.escape(form) for form in _written(piece)]
+    return _whole("(?:" + "|".join(forms) + ")", number)
+
+
+def _blaming(piece: str) -> re.Pattern[str]:
+    """Where untrusted text writes ``piece`` in any way a reader would
+    still take for it: its canonical letters and digits in order, with
+    anything else between them; for a number, zero cents after it."""
+    body = r"[\W_]*".join(re.escape(char) for char in _canonical(piece)
+                          if char.isalnum())
+    number = re.fullmatch(_NUMBER, piece) is not None
+    if number:
+        body += "0*" if "." in piece else r"(?:[.,]0+)?"
+    return _whole(body, number)
 
 
 # From chapters/03_untrusted.ipynb, cell provenance-record
@@ -356,21 +442,20 @@ class ProvenanceRecord:
     def _recording(self, spec: ToolSpec, trusted: bool) -> Callable[..., Any]:
         @wraps(spec.handler)
         def handler(**arguments: Any) -> Any:
-            result = spec.handler(**arguments)
-            text = result if isinstance(result, str) else json.dumps(
-                result, default=str)
-            self.sightings.append((trusted, text))
+            result = spec.handler(**arguments)  # its values, never its JSON
+            self.sightings.append((trusted, "\0".join(_pieces(result))))
             return result
         return handler
 
     def first_untrusted(self, arguments: dict[str, Any] | None) -> str | None:
         """A value in ``arguments`` first seen in untrusted text, if any."""
-        values = list((arguments or {}).values())  # the names are ours
-        for piece in _pieces(values):
-            first = next((trusted for trusted, text in self.sightings
-                          if _appears(piece, text)), True)
-            if not first:
-                return piece
+        for piece in _pieces(list((arguments or {}).values())):
+            vouching, blaming = _vouching(piece), _blaming(piece)
+            for trusted, text in self.sightings:
+                if trusted and vouching.search(text):
+                    break
+                if not trusted and blaming.search(_canonical(text)):
+                    return piece
         return None
 
 
