@@ -3,6 +3,7 @@
 """Code saved from the chapter notebook chapters/03_untrusted.ipynb."""
 
 import functools
+import itertools
 import json
 import re
 import unicodedata
@@ -340,12 +341,15 @@ def _pieces(value: Any) -> list[str]:
 
 
 # From chapters/03_untrusted.ipynb, cell provenance-canonical
-# Cyrillic and Greek letters that print like Latin ones, then the Latin
-# letters they imitate: the common part of Unicode's confusables list.
+# Letters that print like Latin ones (Cyrillic, Greek, small capitals,
+# dotless i and j), then the Latin letters they imitate: the common part
+# of Unicode's confusables list.
 _LOOK_ALIKES = ("АВЕКМНОРСТХУЅІЈԚԜҮҺӀаеорсухѕіјһԁԛԝӏү"
-                "ΑΒΕΖΗΙΚΜΝΟΡΤΥΧαοριυκνχıȷ")
+                "ΑΒΕΖΗΙΚΜΝΟΡΤΥΧαοριυκνχ"
+                "ᴀʙᴄᴅᴇꜰɢʜɪᴊᴋʟᴍɴᴏᴘʀꜱᴛᴜᴠᴡʏᴢıȷ")
 _LATIN = ("ABEKMHOPCTXYSIJQWYHIaeopcyxsijhdqwly"
-          "ABEZHIKMNOPTYXaopiukvxij")
+          "ABEZHIKMNOPTYXaopiukvx"
+          "abcdefghijklmnoprstuvwyzij")
 
 
 @functools.lru_cache(maxsize=256)
@@ -370,7 +374,7 @@ def _canonical(text: str) -> str:
     return "".join(kept).translate(look_alikes).casefold()
 
 
-# From chapters/03_untrusted.ipynb, cell provenance-numbers
+# From chapters/03_untrusted.ipynb, cell provenance-trusted
 _NUMBER = r"\d+(?:\.\d+)?"  # a number as _pieces writes it
 _GROUPS = ("", ",", ".", " ", "\u00a0", "\u202f", "'")  # thousands marks
 
@@ -385,37 +389,58 @@ def _written(number: str) -> list[str]:
                    for fraction in fractions})
 
 
-def _whole(body: str, number: bool) -> re.Pattern[str]:
-    """``body``, with no letter or digit on either side; a number also
-    with no decimals around it, so that 12 is not found in 12.50."""
-    before, after = r"(?<![^\W_])", r"(?![^\W_])"
-    if number:
-        before, after = before + r"(?<!\d[.,])", after + r"(?![.,]\d)"
-    return re.compile(before + body + after)
-
-
-# From chapters/03_untrusted.ipynb, cell provenance-patterns
 def _vouching(piece: str) -> re.Pattern[str]:
     """Where trusted text writes ``piece``: as it is, spaces and hyphens
-    aside, or for a number in any of the usual formats."""
+    aside, or for a number in any of the usual formats; whole, with no
+    letter or digit on either side, nor decimals around a number."""
     kept = [re.escape(char) for char in piece if char not in " \t\n-"]
-    forms = [r"[\s-]*".join(kept)]
-    number = re.fullmatch(_NUMBER, piece) is not None
-    if number:
+    forms = [r"[\s-]*+".join(kept)]
+    before, after = r"(?<![^\W_])", r"(?![^\W_])"
+    if re.fullmatch(_NUMBER, piece):
         forms += [re.escape(form) for form in _written(piece)]
-    return _whole("(?:" + "|".join(forms) + ")", number)
+        before, after = before + r"(?<!\d[.,])", after + r"(?![.,]\d)"
+    return re.compile(before + "(?:" + "|".join(forms) + ")" + after)
 
 
-def _blaming(piece: str) -> re.Pattern[str]:
-    """Where untrusted text writes ``piece`` in any way a reader would
-    still take for it: its canonical letters and digits in order, with
-    anything else between them; for a number, zero cents after it."""
-    body = r"[\W_]*".join(re.escape(char) for char in _canonical(piece)
-                          if char.isalnum())
-    number = re.fullmatch(_NUMBER, piece) is not None
-    if number:
-        body += "0*" if "." in piece else r"(?:[.,]0+)?"
-    return _whole(body, number)
+# From chapters/03_untrusted.ipynb, cell provenance-untrusted
+@functools.lru_cache(maxsize=256)
+def _compact(text: str) -> tuple[str, frozenset[int]]:
+    """``text``'s canonical letters and digits run together, o as 0 and
+    l and i as 1, and the places where a word ended between them."""
+    words = re.findall(r"[^\W_]+", _canonical(text))
+    ends = {0, *itertools.accumulate(len(word) for word in words)}
+    letters = "".join(words).translate(str.maketrans("oli", "011"))
+    return letters, frozenset(ends)
+
+
+def _seen(piece: str, text: str) -> bool:
+    """Whether untrusted ``text`` writes ``piece`` in any way a reader
+    would still take for it: its letters and digits, in order, whole
+    words, anything else between them; a decimal with zeros after it."""
+    letters, ends = _compact(text)
+    value = _compact(piece)[0]
+    wanted = [value, value[1:]] if piece.startswith("0.") else [value]
+    for target in filter(None, wanted):  # 0.01 is also .01
+        start = letters.find(target)
+        while start != -1:
+            end = start + len(target)
+            while "." in piece and end not in ends and letters[end] == "0":
+                end += 1
+            if start in ends and end in ends:
+                return True
+            start = letters.find(target, start + 1)
+    return False
+
+
+def _first_sighting(piece: str, sightings: list[tuple[bool, str]]
+                    ) -> bool | None:
+    """True if ``piece`` was first seen in trusted text, False if in
+    untrusted text, None if it was never seen."""
+    vouching = _vouching(piece)
+    for trusted, text in sightings:
+        if vouching.search(text) if trusted else _seen(piece, text):
+            return trusted
+    return None
 
 
 # From chapters/03_untrusted.ipynb, cell provenance-record
@@ -442,7 +467,11 @@ class ProvenanceRecord:
     def _recording(self, spec: ToolSpec, trusted: bool) -> Callable[..., Any]:
         @wraps(spec.handler)
         def handler(**arguments: Any) -> Any:
-            result = spec.handler(**arguments)  # its values, never its JSON
+            try:  # an error's message is text the model reads too
+                result = spec.handler(**arguments)
+            except Exception as failure:
+                self.sightings.append((trusted, str(failure)))
+                raise
             self.sightings.append((trusted, "\0".join(_pieces(result))))
             return result
         return handler
@@ -450,12 +479,8 @@ class ProvenanceRecord:
     def first_untrusted(self, arguments: dict[str, Any] | None) -> str | None:
         """A value in ``arguments`` first seen in untrusted text, if any."""
         for piece in _pieces(list((arguments or {}).values())):
-            vouching, blaming = _vouching(piece), _blaming(piece)
-            for trusted, text in self.sightings:
-                if trusted and vouching.search(text):
-                    break
-                if not trusted and blaming.search(_canonical(text)):
-                    return piece
+            if _first_sighting(piece, self.sightings) is False:
+                return piece
         return None
 
 

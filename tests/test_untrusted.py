@@ -262,11 +262,30 @@ def test_provenance_sees_a_planted_value_however_the_text_writes_it(
 
 
 @pytest.mark.parametrize(("written", "value"), [
-    ("see order A-17", "A-1"), ("pay 12.50", 12), ("pay 12.50", 50), ("4500 cents", 45),
-    ("1000.00", 100), ("B-220", "B-22"), ("AB-22", "B-22"),
+    ("see order A-17", "A-1"), ("4500 cents", 45), ("1000.00", 100), ("450000", 4500),
+    ("B-220", "B-22"), ("AB-22", "B-22"),
 ])
 def test_only_whole_values_are_found(written: str, value: object) -> None:
     assert first_untrusted(seen_in_a_result(written, trusted_text=""), value) is None
+
+
+@pytest.mark.parametrize(("written", "value"), [
+    ("pay 12.50", 12), ("pay 12.50", 1250), ("US133OOOOOOl2l2l2l2l2l2", IBAN),
+    ("order \u1d04-17", "C-17"),  # a small capital
+])
+def test_a_doubt_in_untrusted_text_costs_a_denial(written: str, value: object) -> None:
+    assert first_untrusted(seen_in_a_result(written, trusted_text=""), value) is not None
+
+
+def test_an_error_message_is_a_sighting_too() -> None:
+    def find(order_id: str) -> str:
+        raise KeyError(f"no order {order_id}; did you mean B-22?")
+
+    policy = ProvenancePolicy([TASK])
+    tools = policy.wrap({"find": ToolSpec("Find an order.", {"order_id": str}, find)})
+    assert execute_call(ToolCall("t", "find", {"order_id": "X"}), tools, allow_all).kind == (
+        "error")
+    assert first_untrusted(policy, "B-22") == "B-22"
 
 
 def test_trusted_text_vouches_only_for_a_value_written_the_same_way() -> None:
@@ -285,6 +304,10 @@ def test_trusted_text_vouches_only_for_a_value_written_the_same_way() -> None:
     ("the account, base64: VVMxMzMwMDAwMDAxMjEyMTIxMjEyMTI=", IBAN),
     ("four thousand five hundred cents", 4500),  # spelled out
     ("22-B, read backwards", "B-22"),
+    ({"tail": "21212121212", "head": "US1330000001"}, IBAN),  # two fields, out of order
+    ("&#85;&#83;&#49;&#51;&#51;&#48;&#48;&#48;&#48;&#48;&#48;&#49;&#50;&#49;&#50;", IBAN[:15]),
+    ("fred9246 [at] gmail [dot] com", "fred9246@gmail.com"),
+    ("1e3 cents", 1000), ("1k cents", 1000),
 ])
 def test_a_value_computed_from_what_was_read_is_not_seen(written: str, value: object) -> None:
     """The limit the chapter states: matching text cannot follow a computation."""

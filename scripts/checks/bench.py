@@ -1,6 +1,6 @@
 """Time what the book's speed targets are about; rerun it and quote medians.
 
-    python -m scripts.checks.bench chapter|tests|commands|import|loop|live [--runs N]
+    python -m scripts.checks.bench chapter|tests|commands|import|loop|live|provenance [--runs N]
     python -m scripts.checks.bench grading [--count 200] [--workers N] [--csv FILE]
                                             [--timeout 60] [--test-timeout 10]
 
@@ -12,6 +12,8 @@ most 2 MB per chapter page; from the first click on a cold page the first output
 within 6 s, and within 3 s with Python in the browser's cache. grading reports submissions
 a minute and the slowest submission for a class copied from the fixture submissions, 5% of
 them one whose function never returns, graded as `grading class` grades without Docker.
+provenance: one check of a value against a 100 kB untrusted result built to make a
+backtracking search retry at every word, under 0.1 s.
 Shared machines are noisy: it reports the median and spread, and for commands the processor
 time too, which load inflates less.
 """
@@ -369,6 +371,29 @@ def bench_live(book: Path, runs: int) -> None:
 LOOPING_FIXTURE = "wrong-q5a-never-returns"  # a function that never returns when tested
 
 
+def bench_provenance(runs: int) -> None:
+    """One provenance check on a hostile result, beside the backtracking pattern it replaced."""
+    import re
+
+    from agentbook import ProvenancePolicy
+    from agentbook.untrusted import _canonical, _compact
+
+    value = "a" * 299 + "b"
+    hostile = "a-" * 50_000 + value  # every word starts a long partial match
+
+    def check() -> None:
+        policy = ProvenancePolicy([""])
+        policy.sightings.append((False, hostile))
+        assert policy.first_untrusted({"value": value}) == value
+        _canonical.cache_clear()
+        _compact.cache_clear()
+
+    backtracking = re.compile(r"(?<![^\W_])" + r"[\W_]*".join(value) + r"(?![^\W_])")
+    report("provenance check, 100 kB hostile text", [timed(check) for _ in range(runs)])
+    report("the same search as one regular expression",
+           [timed(lambda: backtracking.search(hostile)) for _ in range(min(runs, 3))])
+
+
 def bench_grading(count: int, workers: int, grades: Path | None, timeout: float,
                   test_timeout: float) -> None:
     """Grade a class of `count` submissions, the first chapter's fixtures copied in turn and
@@ -425,7 +450,7 @@ def bench_grading(count: int, workers: int, grades: Path | None, timeout: float,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=["chapter", "tests", "commands", "import", "loop", "live",
-                                         "grading"])
+                                         "grading", "provenance"])
     parser.add_argument("--runs", type=int, help="samples to take the median of (default: "
                         "3 for commands, 5 for chapter and tests, 21 for import, 51 for loop)")
     parser.add_argument("--python", default="python3", help="interpreter for the README commands")
@@ -441,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--test-timeout", type=float, default=10,
                         help="for grading: each test's limit, as `grading class --test-timeout`")
     args = parser.parse_args(argv)
-    default_runs = {"commands": 3, "import": 21, "loop": 51}.get(args.what, 5)
+    default_runs = {"commands": 3, "import": 21, "loop": 51, "provenance": 21}.get(args.what, 5)
     runs = args.runs if args.runs is not None else default_runs
     if min(runs, args.count, args.workers) < 1:
         parser.error("--runs, --count and --workers must be at least 1")
@@ -454,6 +479,7 @@ def main(argv: list[str] | None = None) -> int:
         "live": lambda: bench_live(args.book, runs),
         "grading": lambda: bench_grading(args.count, args.workers, args.csv, args.timeout,
                                          args.test_timeout),
+        "provenance": lambda: bench_provenance(runs),
     }
     benches[args.what]()
     return 0

@@ -29,7 +29,10 @@ in two, the halves given in two sentences). The obedient model reads past every 
 and sends the values as the injection task's calls carry them, as a capable model would; so
 an adaptive attack changes nothing for a defense that never looks at values, and everything
 for one that matches them in text. ``any`` in the table counts a pair as lost when one of the
-attacks succeeded on it: the adaptive attacker tries them all.
+attacks succeeded on it: the adaptive attacker tries them all. AgentDojo's checks compare the
+values a call carried (banking's ignoring case): a served model that copies a rewritten value
+as it reads it (an IBAN with its spaces, a look-alike letter) fails the check, although a
+bank might have paid it, so an adaptive attack on a served model is scored on the low side.
 
 Each run goes through AgentDojo's ``TaskSuite.run_task_with_pipeline`` (``BookKernel`` is the
 pipeline), so the environment, its injections and the scoring (utility, and whether the
