@@ -352,7 +352,7 @@ _LATIN = ("ABEKMHOPCTXYSIJQWYHIaeopcyxsijhdqwly"
           "abcdefghijklmnoprstuvwyzij")
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=32)
 def _canonical(text: str) -> str:
     """``text`` as a reader's eye takes it in, for matching only.
 
@@ -375,7 +375,7 @@ def _canonical(text: str) -> str:
 
 
 # From chapters/03_untrusted.ipynb, cell provenance-trusted
-_NUMBER = r"\d+(?:\.\d+)?"  # a number as _pieces writes it
+_NUMBER = r"\d+(?:\.\d+)?"  # a number as _pieces writes it, sign aside
 _GROUPS = ("", ",", ".", " ", "\u00a0", "\u202f", "'")  # thousands marks
 
 
@@ -391,19 +391,21 @@ def _written(number: str) -> list[str]:
 
 def _vouching(piece: str) -> re.Pattern[str]:
     """Where trusted text writes ``piece``: as it is, spaces and hyphens
-    aside, or for a number in any of the usual formats; whole, with no
-    letter or digit on either side, nor decimals around a number."""
-    kept = [re.escape(char) for char in piece if char not in " \t\n-"]
+    inside it aside, or for a number in any of the usual formats; whole,
+    with no letter or digit beside it, nor a sign or decimals by a number."""
+    sign, body = piece[:1] if piece[:1] == "-" else "", piece.lstrip("-")
+    kept = [re.escape(char) for char in body if char not in " \t\n-"]
     forms = [r"[\s-]*+".join(kept)]
     before, after = r"(?<![^\W_])", r"(?![^\W_])"
-    if re.fullmatch(_NUMBER, piece):
-        forms += [re.escape(form) for form in _written(piece)]
-        before, after = before + r"(?<!\d[.,])", after + r"(?![.,]\d)"
-    return re.compile(before + "(?:" + "|".join(forms) + ")" + after)
+    if re.fullmatch(_NUMBER, body):
+        forms += [re.escape(form) for form in _written(body)]
+        before, after = r"(?<![\w.,-])", r"(?![.,]\d)" + after
+    return re.compile(before + re.escape(sign) + "(?:" + "|".join(forms)
+                      + ")" + after)
 
 
 # From chapters/03_untrusted.ipynb, cell provenance-untrusted
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=32)
 def _compact(text: str) -> tuple[str, frozenset[int]]:
     """``text``'s canonical letters and digits run together, o as 0 and
     l and i as 1, and the places where a word ended between them."""

@@ -296,6 +296,10 @@ def test_trusted_text_vouches_only_for_a_value_written_the_same_way() -> None:
     # a Cyrillic A, another case or other digits: another value, first seen in the review
     for value in ["\u0410-17", "a-17", 1250, "1250"]:
         assert first_untrusted(policy, value) is not None
+    # nor does a number vouch for its negative, or the other way round
+    signed = seen_in_a_result("refund -4500 or 4500 cents", "Refund 4500, not -12.")
+    assert [first_untrusted(signed, value) for value in (4500, -4500, 12, -12)] == [
+        None, "-4500", None, None]  # 12 appears nowhere on its own: the model's own value
 
 
 @pytest.mark.parametrize(("written", "value"), [
