@@ -3,10 +3,12 @@
 """Code saved from the chapter notebook chapters/03_untrusted.ipynb."""
 
 import functools
+import html
 import itertools
 import json
 import re
 import unicodedata
+import urllib.parse
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from decimal import Decimal
@@ -314,24 +316,32 @@ def scope_tools(tools: dict[str, ToolSpec], principal: Principal, *,
 
 
 # From chapters/03_untrusted.ipynb, cell provenance-values
-def _number_text(number: int | float) -> str:
-    """A number as plain decimal text: 4500.0 as 4500, 1e-2 as 0.01."""
+def _number_text(number: int | float | Decimal) -> str:
+    """A number as plain decimal text: 4500.0 as 4500, 1e-2 as 0.01.
+
+    An int keeps every digit. nan, inf, and a number with thousands of
+    digits keep their short form (1E+5000): none of them is an amount.
+    """
     exact = Decimal(repr(number) if isinstance(number, float) else number)
-    if not exact.is_finite():
-        return str(number)  # nan or inf: a word, not an amount
-    return format(exact.normalize(), "f")
+    if not exact.is_finite() or abs(exact.adjusted()) > 4000:
+        return str(exact)
+    text = format(exact, "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def _pieces(value: Any) -> list[str]:
     """The text of every string and number inside a value, however nested.
 
-    A string with no letter or digit names nothing and is left out.
+    A string with no letter or digit names nothing and is left out; bytes
+    are read as UTF-8 text.
     """
     if isinstance(value, bool) or value is None:
         return []  # a flag or a null names nothing an attacker could plant
+    if isinstance(value, bytes | bytearray):
+        value = bytes(value).decode("utf-8", "replace")
     if isinstance(value, str):
         return [value.strip()] if any(map(str.isalnum, value)) else []
-    if isinstance(value, int | float):
+    if isinstance(value, int | float | Decimal):
         return [_number_text(value)]
     if isinstance(value, dict):
         value = [*value.values(), *value.keys()]
@@ -341,25 +351,26 @@ def _pieces(value: Any) -> list[str]:
 
 
 # From chapters/03_untrusted.ipynb, cell provenance-canonical
-# Letters that print like Latin ones (Cyrillic, Greek, small capitals,
-# dotless i and j), then the Latin letters they imitate: the common part
-# of Unicode's confusables list.
-_LOOK_ALIKES = ("АВЕКМНОРСТХУЅІЈԚԜҮҺӀаеорсухѕіјһԁԛԝӏү"
-                "ΑΒΕΖΗΙΚΜΝΟΡΤΥΧαοριυκνχ"
-                "ᴀʙᴄᴅᴇꜰɢʜɪᴊᴋʟᴍɴᴏᴘʀꜱᴛᴜᴠᴡʏᴢıȷ")
-_LATIN = ("ABEKMHOPCTXYSIJQWYHIaeopcyxsijhdqwly"
-          "ABEZHIKMNOPTYXaopiukvx"
-          "abcdefghijklmnoprstuvwyzij")
+# Characters that print like a Latin letter or digit, each group after the
+# one it imitates: Unicode's confusables in the scripts a reader takes for
+# Latin (Greek, Cyrillic, Armenian, Cherokee, Lisu, Coptic, Canadian
+# syllabics, small capitals).
+_LOOK_ALIKES = (
+    "2ƧϨᒿꙄꝚ 3ƷȜЗӠⳌꝪꞫ 4Ꮞ 5Ƽ 6бᏮⳒ 8Ȣȣ 9ⳊꝮ aɑΑαАаᎪᗅᴀꓮ bƄʙΒВЬᏏᏴᑲᖯᗷꓐꞴ cСсᏟᴄⲤⲥꓚꮯ "
+    "dԁᎠᏧᑯᗞᗪᴅꓒꓓ eΕЕеҽᎬᴇⴹꓰꬲ fϜքᖴẝꓝꜰꞘꞙꬵ gƍɡɢԌցᏀᏳᶃꓖ hʜΗНҺһհᎻᏂᕼⲎꓧ jȷͿϳЈјᎫᒍᴊꓙꞲ "
+    "kΚκКᏦᛕᴋⲔꓗ lıƖǀɩɪʟΙιІіӀӏᎥᏞᒪᛁⲒⳐⵏꓡꓲꙇꭵ mΜϺМᎷᗰᛖᴍⲘꓟ nɴΝոռⲚꓠ "
+    "oΟοσОоՕօჿዐᴏᴑⲞⲟⵔꓳꬽ pΡρРрᏢᑭᴘⲢⲣꓑ qԚԛգզⵕ rƦʀгᎡᏒᖇᴦⲅꓣꭇꭈꮁ sƽЅѕՏᏕᏚꓢꜱꮪ tΤТᎢᴛⲦꓔ "
+    "uʋυՍսሀᑌᴜꓴꞟꭎꭒ vνѴѵᏙᐯᴠⴸꓦꮩ wɯѡԜԝաᎳᏔᴡꓪꮃ xΧχХхᕁᕽᚷⲬⵝꓫꞳ yɣʏΥγУуҮүყᎩᎽᶌỿⲨꓬꭚ "
+    "zΖᏃᴢꓜꮓ")
 
 
-@functools.lru_cache(maxsize=32)
 def _canonical(text: str) -> str:
     """``text`` as a reader's eye takes it in, for matching only.
 
     Compatibility forms become plain (NFKD: fullwidth, ligatures,
     superscripts), marks and invisible format characters go, digits of
-    any script become 0-9, look-alike letters become the Latin ones they
-    imitate, and case is folded.
+    any script become 0-9, look-alikes become the Latin letters or
+    digits they imitate, and case is folded.
     """
     if text.isascii():
         return text.casefold()
@@ -370,12 +381,13 @@ def _canonical(text: str) -> str:
             kept.append(str(unicodedata.decimal(char)))
         elif kind not in ("Mn", "Me", "Cf"):
             kept.append(char)
-    look_alikes = str.maketrans(_LOOK_ALIKES, _LATIN)
+    look_alikes = str.maketrans({char: group[0] for group in
+                                 _LOOK_ALIKES.split() for char in group[1:]})
     return "".join(kept).translate(look_alikes).casefold()
 
 
 # From chapters/03_untrusted.ipynb, cell provenance-trusted
-_NUMBER = r"\d+(?:\.\d+)?"  # a number as _pieces writes it, sign aside
+_NUMBER = r"(?:0|[1-9]\d{0,29})(?:\.\d{1,30})?"  # as _pieces writes an amount
 _GROUPS = ("", ",", ".", " ", "\u00a0", "\u202f", "'")  # thousands marks
 
 
@@ -383,10 +395,11 @@ def _written(number: str) -> list[str]:
     """The usual ways to write ``number``: 4500 as 4,500 or 4.500,00."""
     whole, _, cents = number.partition(".")
     fractions = [cents, cents.ljust(2, "0")] if cents else ["", "00"]
-    return sorted({f"{int(whole):,}".replace(",", group)
-                   + (mark + fraction if fraction else "")
+    thousands = [whole[max(0, end - 3):end]
+                 for end in range(len(whole) % 3 or 3, len(whole) + 1, 3)]
+    return sorted({group.join(thousands) + (mark + part if part else "")
                    for group in _GROUPS for mark in ".," if mark != group
-                   for fraction in fractions})
+                   for part in fractions})
 
 
 def _vouching(piece: str) -> re.Pattern[str]:
@@ -400,49 +413,136 @@ def _vouching(piece: str) -> re.Pattern[str]:
     if re.fullmatch(_NUMBER, body):
         forms += [re.escape(form) for form in _written(body)]
         before, after = r"(?<![\w.,-])", r"(?![.,]\d)" + after
-    return re.compile(before + re.escape(sign) + "(?:" + "|".join(forms)
-                      + ")" + after)
+    return re.compile(f"{before}{re.escape(sign)}(?:{'|'.join(forms)}){after}")
+
+
+@functools.lru_cache(maxsize=32)
+def _bare(text: str) -> str:
+    """Only the letters and digits of ``text``, which no pattern skips."""
+    return "".join(filter(str.isalnum, text))
+
+
+def _vouches(text: str, piece: str) -> bool:
+    """Whether trusted ``text`` writes ``piece``, by ``_vouching``."""
+    return ("".join(filter(str.isalnum, piece)) in _bare(text)  # or it can't
+            and bool(_vouching(piece).search(text)))
+
+
+# From chapters/03_untrusted.ipynb, cell provenance-readings
+# A number as written: digits with points, commas or apostrophes between
+# them, perhaps a power of ten; not inside a word, a date or a time.
+_NUMBER_WORD = r"(?<![\w.,'/:-])[.,]?\d[\d.,']*+(?:e[+-]?\d++)?+(?![\w/:-])"
+
+
+def _plain_numbers(text: str) -> list[str]:
+    """Each number in ``text`` in plain form, read with its last point or
+    comma as the decimal mark, and without: 04500 and 4.5e3 as 4500,
+    1.000 as 1 and as 1000."""
+    plain = []
+    for word in re.findall(_NUMBER_WORD, text):
+        digits, _, power = word.replace("'", "").rstrip(".,").partition("e")
+        *whole, last = re.split("[.,]", digits)
+        readings = {("".join(whole) + last, "0")} | (
+            {("".join(whole) or "0", last)} if whole else set())
+        plain += [_number_text(Decimal(f"{number}.{fraction}e{power or 0}"))
+                  for number, fraction in readings
+                  if len(number + fraction + power) <= 60]
+    return plain
+
+
+@functools.lru_cache(maxsize=32)
+def _compact(text: str, latin: bool) -> tuple[str, bytes]:
+    """``text``'s letters and digits run together, o as 0 and l and i as 1,
+    and a mark (1) at each place where a word ended between them. The text
+    counts as written, with HTML entities and %-escapes decoded, and with
+    its numbers in plain form; for a ``latin`` value, any character but a
+    Latin letter or a digit ends a word."""
+    decoded = html.unescape(urllib.parse.unquote(text))
+    readings = [_canonical(text)] + [_canonical(decoded)] * (decoded != text)
+    readings += _plain_numbers(" ".join(readings))
+    words = re.findall("[a-z0-9]+" if latin else r"[^\W_]+",
+                       "\n".join(readings))
+    ends = bytearray(sum(map(len, words)) + 1)
+    for end in itertools.accumulate(map(len, words), initial=0):
+        ends[end] = 1
+    return "".join(words).translate(str.maketrans("oli", "011")), bytes(ends)
 
 
 # From chapters/03_untrusted.ipynb, cell provenance-untrusted
-@functools.lru_cache(maxsize=32)
-def _compact(text: str) -> tuple[str, frozenset[int]]:
-    """``text``'s canonical letters and digits run together, o as 0 and
-    l and i as 1, and the places where a word ended between them."""
-    words = re.findall(r"[^\W_]+", _canonical(text))
-    ends = {0, *itertools.accumulate(len(word) for word in words)}
-    letters = "".join(words).translate(str.maketrans("oli", "011"))
-    return letters, frozenset(ends)
+def _target(piece: str) -> str:
+    """The run of letters and digits ``piece`` is looked for as; a number's
+    in plain form, so "12.50" is looked for as 12.5 and "0042" as 42."""
+    if re.fullmatch(r"-?\d+(?:\.\d+)?", piece):
+        piece = _number_text(Decimal(piece))
+    words = re.findall(r"[^\W_]+", _canonical(piece))
+    return "".join(words).translate(str.maketrans("oli", "011"))
 
 
 def _seen(piece: str, text: str) -> bool:
     """Whether untrusted ``text`` writes ``piece`` in any way a reader
-    would still take for it: its letters and digits, in order, whole
-    words, anything else between them; a decimal with zeros after it."""
-    letters, ends = _compact(text)
-    value = _compact(piece)[0]
-    wanted = [value, value[1:]] if piece.startswith("0.") else [value]
-    for target in filter(None, wanted):  # 0.01 is also .01
-        start = letters.find(target)
-        while start != -1:
-            end = start + len(target)
-            while "." in piece and end not in ends and letters[end] == "0":
-                end += 1
-            if start in ends and end in ends:
-                return True
-            start = letters.find(target, start + 1)
-    return False
+    would still take for it: its letters and digits, in order, starting
+    and ending where words do, anything else between them. After a miss
+    the search goes on from the next word; a value that starts word after
+    word but never ends with one is a doubt, and counts as seen."""
+    target = _target(piece)
+    if not target:
+        return False
+    letters, ends = _compact(text, target.isascii())
+    tries = 4 * len(letters) // len(target) + 64  # keeps the work linear
+    start = letters.find(target)
+    while start != -1 and tries:
+        if ends[start] and ends[start + len(target)]:
+            return True
+        next_word = ends.find(1, start + 1)
+        start = letters.find(target, next_word) if next_word != -1 else -1
+        tries -= 1
+    return start != -1
 
 
 def _first_sighting(piece: str, sightings: list[tuple[bool, str]]
                     ) -> bool | None:
     """True if ``piece`` was first seen in trusted text, False if in
     untrusted text, None if it was never seen."""
-    vouching = _vouching(piece)
     for trusted, text in sightings:
-        if vouching.search(text) if trusted else _seen(piece, text):
+        if _vouches(text, piece) if trusted else _seen(piece, text):
             return trusted
     return None
+
+
+# From chapters/03_untrusted.ipynb, cell provenance-inside
+def _names_something(word: str) -> bool:
+    """Whether ``word`` looks like an identifier: five characters or more,
+    with an @, a dot between letters, both letters and digits, or eight
+    digits in a row (an address, a link, an account)."""
+    return len(word) >= 5 and bool(
+        "@" in word or re.search(r"[^\W\d_]\.[^\W\d_]", word)
+        or re.search(r"\d{8}", word)
+        or (re.search(r"\d", word) and re.search(r"[^\W\d_]", word)))
+
+
+def _named_inside(piece: str) -> list[str]:
+    """The identifiers a longer value quotes, such as the link in a message
+    the model wrote; a link also without its scheme and path, and a host
+    without its first label (www.example.com as example.com)."""
+    names = []
+    for word in re.findall(r"[^\s\"'`<>()\[\]{},;!?]+", piece):
+        word = re.sub(r"^[a-z][a-z0-9+.-]*://", "", word.strip(".:/"),
+                      flags=re.IGNORECASE)
+        host = word.split("/")[0]
+        names += [word, host, host.partition(".")[2]]
+    return [name for name in dict.fromkeys(names)
+            if name != piece and _names_something(name)]
+
+
+def _untrusted_part(piece: str, sightings: list[tuple[bool, str]]
+                    ) -> str | None:
+    """``piece`` if it was first seen in untrusted text; if it was never
+    seen whole, the first identifier it quotes that was; else None."""
+    first = _first_sighting(piece, sightings)
+    if first is not None:
+        return None if first else piece
+    return next((name for name in _named_inside(piece)
+                 if _first_sighting(name, sightings) is False), None)
 
 
 # From chapters/03_untrusted.ipynb, cell provenance-record
@@ -479,10 +579,11 @@ class ProvenanceRecord:
         return handler
 
     def first_untrusted(self, arguments: dict[str, Any] | None) -> str | None:
-        """A value in ``arguments`` first seen in untrusted text, if any."""
-        for piece in _pieces(list((arguments or {}).values())):
-            if _first_sighting(piece, self.sightings) is False:
-                return piece
+        """A value in ``arguments`` first seen in untrusted text, if any, or
+        an identifier quoted in a value never seen whole."""
+        for piece in dict.fromkeys(_pieces(list((arguments or {}).values()))):
+            if (found := _untrusted_part(piece, self.sightings)) is not None:
+                return found
         return None
 
 

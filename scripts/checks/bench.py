@@ -13,7 +13,8 @@ within 6 s, and within 3 s with Python in the browser's cache. grading reports s
 a minute and the slowest submission for a class copied from the fixture submissions, 5% of
 them one whose function never returns, graded as `grading class` grades without Docker.
 provenance: one check of a value against a 100 kB untrusted result built to make a
-backtracking search retry at every word, under 0.1 s.
+backtracking search retry at every word, or a repeated search re-read the same letters, each
+under 0.1 s.
 Shared machines are noisy: it reports the median and spread, and for commands the processor
 time too, which load inflates less.
 """
@@ -372,24 +373,32 @@ LOOPING_FIXTURE = "wrong-q5a-never-returns"  # a function that never returns whe
 
 
 def bench_provenance(runs: int) -> None:
-    """One provenance check on a hostile result, beside the backtracking pattern it replaced."""
+    """Provenance checks on hostile results, beside the backtracking pattern it replaced."""
     import re
 
     from agentbook import ProvenancePolicy
-    from agentbook.untrusted import _canonical, _compact
+    from agentbook.untrusted import _compact
 
     value = "a" * 299 + "b"
     hostile = "a-" * 50_000 + value  # every word starts a long partial match
 
-    def check() -> None:
-        policy = ProvenancePolicy([""])
-        policy.sightings.append((False, hostile))
-        assert policy.first_untrusted({"value": value}) == value
-        _canonical.cache_clear()
-        _compact.cache_clear()
+    def check(text: str, piece: str, found: bool) -> Callable[[], None]:
+        def run() -> None:
+            policy = ProvenancePolicy([""])
+            policy.sightings.append((False, text))
+            assert (policy.first_untrusted({"value": piece}) == piece) is found
+            _compact.cache_clear()
+        return run
 
     backtracking = re.compile(r"(?<![^\W_])" + r"[\W_]*".join(value) + r"(?![^\W_])")
-    report("provenance check, 100 kB hostile text", [timed(check) for _ in range(runs)])
+    report("provenance check, 100 kB hostile text", [
+        timed(check(hostile, value, True)) for _ in range(runs)])
+    # One word of 100,000 letters holding a 10,000-letter value at its start, and 50,000
+    # two-letter words where an odd-length value starts at every word and ends inside one.
+    report("provenance check, 100 kB as one word", [
+        timed(check("a" * 100_000, "a" * 10_000, False)) for _ in range(runs)])
+    report("provenance check, 100 kB of short words", [
+        timed(check("ab " * 33_333, "ab" * 1_000 + "a", True)) for _ in range(runs)])
     report("the same search as one regular expression",
            [timed(lambda: backtracking.search(hostile)) for _ in range(min(runs, 3))])
 
