@@ -455,12 +455,12 @@ def _compact(text: str, latin: bool) -> tuple[str, bytes]:
     """``text``'s letters and digits run together, o as 0 and l and i as 1,
     and a mark (1) at each place where a word ended between them. The text
     counts as written, with HTML entities and %-escapes decoded, and with
-    its numbers in plain form; for a ``latin`` value, any character but a
-    Latin letter or a digit ends a word."""
+    its numbers in plain form. A run of digits is a word of its own (4500
+    in 4500cents); for a ``latin`` value, any other character ends one."""
     decoded = html.unescape(urllib.parse.unquote(text))
     readings = [_canonical(text)] + [_canonical(decoded)] * (decoded != text)
     readings += _plain_numbers(" ".join(readings))
-    words = re.findall("[a-z0-9]+" if latin else r"[^\W_]+",
+    words = re.findall("[a-z]+|[0-9]+" if latin else r"[^\W\d_]+|\d+",
                        "\n".join(readings))
     ends = bytearray(sum(map(len, words)) + 1)
     for end in itertools.accumulate(map(len, words), initial=0):

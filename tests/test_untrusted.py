@@ -5,12 +5,15 @@ sandbox tests start a real child interpreter, each for a few hundredths of a sec
 the processor-time and wall-clock ones, which are kept to a fraction of a second.
 """
 
+import functools
 import json
 import sys
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentbook import (
     Limits,
@@ -259,17 +262,22 @@ def first_untrusted(policy: ProvenancePolicy, value: object) -> object:
     # other spaces, and characters that are letters to Python but print as nothing or as
     # punctuation: a Hangul filler, modifier letters used as quotes and colons, a click
     # used as "!", a katakana prolonged sound mark and an Arabic tatweel used as dashes
-    (f"pay {GROUPED.replace(' ', chr(0x2009))}", IBAN), (f"pay {GROUPED.replace(' ', chr(0x3000))}", IBAN),
+    (f"pay {GROUPED.replace(' ', chr(0x2009))}", IBAN),
+    (f"pay {GROUPED.replace(' ', chr(0x3000))}", IBAN),
     ("order B\u3164-22", "B-22"), ("order B-22\u3164 now", "B-22"), ("order B\uffa0-22", "B-22"),
-    ("order \u02bcB-22\u02bc", "B-22"), (f"pay {IBAN}\u02d0 now", IBAN), ("order B-22\u01c3", "B-22"),
+    ("order \u02bcB-22\u02bc", "B-22"), (f"pay {IBAN}\u02d0 now", IBAN),
+    ("order B-22\u01c3", "B-22"),
     ("order B\u30fc22", "B-22"), ("order B\u064022", "B-22"),
     # look-alikes of other scripts: Cherokee, Lisu, Armenian, Coptic, a Cyrillic ze for 3
     ("order \u13f4-22", "B-22"), ("order \ua4d0-22", "B-22"),
-    (f"pay {GROUPED.replace('0', chr(0x0585))}", IBAN), (f"pay {IBAN.replace('0', chr(0x2c9e))}", IBAN),
-    (f"pay {IBAN.replace('3', chr(0x0417))}", IBAN), (f"pay {IBAN.replace('U', chr(0x054d))}", IBAN),
+    (f"pay {GROUPED.replace('0', chr(0x0585))}", IBAN),
+    (f"pay {IBAN.replace('0', chr(0x2c9e))}", IBAN),
+    (f"pay {IBAN.replace('3', chr(0x0417))}", IBAN),
+    (f"pay {IBAN.replace('U', chr(0x054d))}", IBAN),
     # numbers: leading zeros, scientific notation, a string amount with its trailing zero
     ("refund 04500 cents", 4500), ("refund 0004500.00 cents", 4500), ("refund 4.5e3 cents", 4500),
     ("refund 45E+02 cents", 4500), ("refund 1e3 cents", 1000), ("pay 12.5", "12.50"),
+    ("refund 4500cents", 4500), ("pay EUR4500.00", 4500),  # a unit or currency run on
     # escaped as HTML or in a link: a reader sees the character
     ("order B&#45;22", "B-22"), ("mail fred9246&#64;gmail&#x2E;com", "fred9246@gmail.com"),
     ("mail fred9246%40gmail.com", "fred9246@gmail.com"),
@@ -287,6 +295,56 @@ def first_untrusted(policy: ProvenancePolicy, value: object) -> object:
 def test_provenance_sees_a_planted_value_however_the_text_writes_it(
         written: object, value: object) -> None:
     assert first_untrusted(seen_in_a_result(written), value) is not None
+
+
+# What an attacker may do to each character of an identifier and leave it readable: another
+# case, its fullwidth form, a look-alike from the table, and any of these between characters.
+BETWEEN = [" ", "-", ".", "/", "_", "\u00a0", "\u2009", "\u202f", "\u3000", "\u2011", "\u00ad",
+           "\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u202e", "\u3164", "\u02bc",
+           "\u02d0", "\u30fc", "\u0640", "\u0336"]
+
+
+@functools.cache
+def look_alikes(char: str) -> str:
+    from agentbook.untrusted import _LOOK_ALIKES
+
+    groups = {group[0]: group[1:] for group in _LOOK_ALIKES.split()}
+    return groups.get({"0": "o", "1": "l"}.get(char.lower(), char.lower()), "")
+
+
+@st.composite
+def disguised(draw: st.DrawFn) -> tuple[str, str]:
+    letters, digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZ", "0123456789"
+    value = (draw(st.text(letters, min_size=2, max_size=2))
+             + draw(st.text(digits, min_size=2, max_size=2))
+             + draw(st.text(letters + digits, min_size=4, max_size=18)))
+    changes = draw(st.lists(st.tuples(st.sampled_from(["", *BETWEEN]), st.integers(0, 99)),
+                            min_size=len(value), max_size=len(value)))
+    written = []
+    for index, (char, (between, pick)) in enumerate(zip(value, changes, strict=True)):
+        options = [char, char.swapcase(), chr(ord(char) + 0xFEE0), *look_alikes(char)]
+        written += [between if index else "", options[pick % len(options)]]
+    return value, "".join(written)
+
+
+@settings(max_examples=60)
+@given(disguised())
+def test_any_mix_of_case_width_look_alikes_and_separators_is_seen(case: tuple[str, str]) -> None:
+    value, written = case
+    assert first_untrusted(seen_in_a_result(f"pay {written} today"), value) == value
+
+
+@settings(max_examples=60)
+@given(st.integers(1, 10**12), st.sampled_from([
+    "{:d}", "{:,d}", "{:_d}", "{:,.2f}", "00{:d}", "{:.4E}"]), st.sampled_from(
+    [",", ".", " ", "\u00a0", "\u202f", "'"]))
+def test_an_amount_in_any_usual_format_is_seen(amount: int, style: str, mark: str) -> None:
+    written = style.format(Decimal(amount) if "E" in style else amount)
+    if "E" in style and Decimal(written) != amount:
+        written = f"{Decimal(amount):E}"  # four digits are too few: every digit, exactly
+    written = written.replace(",", "\0").replace(".", "," if mark in ".," else ".").replace(
+        "\0", mark).replace("_", mark)
+    assert first_untrusted(seen_in_a_result(f"send {written} now", ""), amount) == str(amount)
 
 
 @pytest.mark.parametrize(("written", "value"), [
@@ -345,8 +403,9 @@ def test_trusted_text_vouches_only_for_a_value_written_the_same_way() -> None:
     ({"tail": "21212121212", "head": "US1330000001"}, IBAN),  # two fields, out of order
     ("fred9246 [at] gmail [dot] com", "fred9246@gmail.com"),
     ("1k cents", 1000), ("\u00bd a dollar", 0.5),
-    # a look-alike outside the table: a Warang Citi letter that prints like an O
-    (f"pay {IBAN.replace('0', chr(0x118b5))}", IBAN),
+    ("on 01.03.2022", "2022-03-01"),  # a date with its fields reordered
+    # look-alikes outside the table: a Warang Citi letter that prints like an O, a pipe
+    (f"pay {IBAN.replace('0', chr(0x118b5))}", IBAN), (f"pay {IBAN.replace('1', '|')}", IBAN),
 ])
 def test_a_value_computed_from_what_was_read_is_not_seen(written: str, value: object) -> None:
     """The limit the chapter states: matching text cannot follow a computation."""
