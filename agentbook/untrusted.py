@@ -364,26 +364,28 @@ _LOOK_ALIKES = (
     "zΖᏃᴢꓜꮓ")
 
 
-def _canonical(text: str) -> str:
-    """``text`` as a reader's eye takes it in, for matching only.
+@functools.cache
+def _as_read(char: str) -> str:
+    """One character of NFKD text as a reader takes it: a digit of any
+    script as 0-9, a look-alike as the Latin letter or digit it imitates,
+    nothing for a mark, an invisible format character or a Hangul filler."""
+    kind = unicodedata.category(char)
+    if kind == "Nd":
+        return str(unicodedata.decimal(char))
+    if kind in ("Mn", "Me", "Cf") or char in "\u115f\u1160\u3164":
+        return ""
+    return next((group[0] for group in _LOOK_ALIKES.split()
+                 if char in group[1:]), char)
 
-    Compatibility forms become plain (NFKD: fullwidth, ligatures,
-    superscripts), marks and invisible format characters go, digits of
-    any script become 0-9, look-alikes become the Latin letters or
-    digits they imitate, and case is folded.
-    """
+
+def _canonical(text: str) -> str:
+    """``text`` as a reader's eye takes it in, for matching only: its
+    compatibility forms made plain (NFKD: fullwidth, ligatures,
+    superscripts), each character as ``_as_read`` takes it, case folded."""
     if text.isascii():
         return text.casefold()
-    kept = []
-    for char in unicodedata.normalize("NFKD", text):
-        kind = unicodedata.category(char)
-        if kind == "Nd":
-            kept.append(str(unicodedata.decimal(char)))
-        elif kind not in ("Mn", "Me", "Cf"):
-            kept.append(char)
-    look_alikes = str.maketrans({char: group[0] for group in
-                                 _LOOK_ALIKES.split() for char in group[1:]})
-    return "".join(kept).translate(look_alikes).casefold()
+    plain = unicodedata.normalize("NFKD", text)
+    return "".join(map(_as_read, plain)).casefold()
 
 
 # From chapters/03_untrusted.ipynb, cell provenance-trusted
@@ -458,7 +460,7 @@ def _compact(text: str, latin: bool) -> tuple[str, bytes]:
     its numbers in plain form. A run of digits is a word of its own (4500
     in 4500cents); for a ``latin`` value, any other character ends one."""
     decoded = html.unescape(urllib.parse.unquote(text))
-    readings = [_canonical(text)] + [_canonical(decoded)] * (decoded != text)
+    readings = [_canonical(seen) for seen in dict.fromkeys([text, decoded])]
     readings += _plain_numbers(" ".join(readings))
     words = re.findall("[a-z]+|[0-9]+" if latin else r"[^\W\d_]+|\d+",
                        "\n".join(readings))
@@ -499,16 +501,6 @@ def _seen(piece: str, text: str) -> bool:
     return start != -1
 
 
-def _first_sighting(piece: str, sightings: list[tuple[bool, str]]
-                    ) -> bool | None:
-    """True if ``piece`` was first seen in trusted text, False if in
-    untrusted text, None if it was never seen."""
-    for trusted, text in sightings:
-        if _vouches(text, piece) if trusted else _seen(piece, text):
-            return trusted
-    return None
-
-
 # From chapters/03_untrusted.ipynb, cell provenance-inside
 def _names_something(word: str) -> bool:
     """Whether ``word`` looks like an identifier: five characters or more,
@@ -534,24 +526,25 @@ def _named_inside(piece: str) -> list[str]:
             if name != piece and _names_something(name)]
 
 
-def _untrusted_part(piece: str, sightings: list[tuple[bool, str]]
-                    ) -> str | None:
-    """``piece`` if it was first seen in untrusted text; if it was never
-    seen whole, the first identifier it quotes that was; else None."""
-    first = _first_sighting(piece, sightings)
-    if first is not None:
-        return None if first else piece
-    return next((name for name in _named_inside(piece)
-                 if _first_sighting(name, sightings) is False), None)
+def _first_sightings(values: list[str], sightings: list[tuple[bool, str]]
+                     ) -> dict[str, bool]:
+    """Where each of ``values`` was first seen: True in trusted text, False
+    in untrusted; a value never seen is left out. Each text is read once,
+    for all the values, so a run that has read many texts stays quick."""
+    first: dict[str, bool] = {}
+    for trusted, text in sightings:
+        for value in values:
+            if value not in first and (_vouches(text, value) if trusted
+                                       else _seen(value, text)):
+                first[value] = trusted
+    return first
 
 
 # From chapters/03_untrusted.ipynb, cell provenance-record
 class ProvenanceRecord:
-    """Every text a run has seen, in order, each marked trusted or not.
-
-    It starts with the trusted texts. A value is untrusted when the first
-    text it appeared in was: a later trusted sighting does not launder it.
-    """
+    """Every text a run has seen, in order, each marked trusted or not; it
+    starts with the trusted texts. A value is untrusted when the first text
+    it appeared in was: a later trusted sighting does not launder it."""
 
     def __init__(self, trusted_texts: Iterable[str]) -> None:
         self.sightings = [(True, str(text)) for text in trusted_texts]
@@ -561,8 +554,7 @@ class ProvenanceRecord:
              trusted: Iterable[str] = ()) -> dict[str, ToolSpec]:
         """Tools that record each result they return; reads are noted."""
         vouched = set(trusted)
-        self.reads |= {name for name, spec in tools.items()
-                       if not spec.effectful}
+        self.reads |= {name for name in tools if not tools[name].effectful}
         return {name: replace(spec, handler=self._recording(
                     spec, name in vouched)) for name, spec in tools.items()}
 
@@ -581,10 +573,13 @@ class ProvenanceRecord:
     def first_untrusted(self, arguments: dict[str, Any] | None) -> str | None:
         """A value in ``arguments`` first seen in untrusted text, if any, or
         an identifier quoted in a value never seen whole."""
-        for piece in dict.fromkeys(_pieces(list((arguments or {}).values()))):
-            if (found := _untrusted_part(piece, self.sightings)) is not None:
-                return found
-        return None
+        pieces = list(dict.fromkeys(_pieces(list((arguments or {}).values()))))
+        first = _first_sightings(pieces, self.sightings)
+        quoted = [name for piece in pieces if piece not in first
+                  for name in _named_inside(piece)]
+        first |= _first_sightings(quoted, self.sightings)
+        return next((value for value in [*pieces, *quoted]
+                     if first.get(value) is False), None)
 
 
 # From chapters/03_untrusted.ipynb, cell provenance-policy
