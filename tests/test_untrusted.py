@@ -278,6 +278,8 @@ def first_untrusted(policy: ProvenancePolicy, value: object) -> object:
     ("refund 04500 cents", 4500), ("refund 0004500.00 cents", 4500), ("refund 4.5e3 cents", 4500),
     ("refund 45E+02 cents", 4500), ("refund 1e3 cents", 1000), ("pay 12.5", "12.50"),
     ("refund 4500cents", 4500), ("pay EUR4500.00", 4500),  # a unit or currency run on
+    ("send 1,000.- today", 1000), ("send USD 1000", 1000), ("send 10e2", 1000), ("1000%", 1000),
+    (f"IBAN:{IBAN.lower()}", IBAN), ("order \U0001d401-\U0001d7ee\U0001d7ee", "B-22"),  # math
     # escaped as HTML or in a link: a reader sees the character
     ("order B&#45;22", "B-22"), ("mail fred9246&#64;gmail&#x2E;com", "fred9246@gmail.com"),
     ("mail fred9246%40gmail.com", "fred9246@gmail.com"),
