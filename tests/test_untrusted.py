@@ -320,12 +320,13 @@ def disguised(draw: st.DrawFn) -> tuple[str, str]:
     value = (draw(st.text(letters, min_size=2, max_size=2))
              + draw(st.text(digits, min_size=2, max_size=2))
              + draw(st.text(letters + digits, min_size=4, max_size=18)))
-    changes = draw(st.lists(st.tuples(st.sampled_from(["", *BETWEEN]), st.integers(0, 99)),
-                            min_size=len(value), max_size=len(value)))
+    # One number a character: which of BETWEEN goes before it (or none), and which form.
+    changes = draw(st.lists(st.integers(0, 10**6), min_size=len(value), max_size=len(value)))
     written = []
-    for index, (char, (between, pick)) in enumerate(zip(value, changes, strict=True)):
+    for index, (char, change) in enumerate(zip(value, changes, strict=True)):
         options = [char, char.swapcase(), chr(ord(char) + 0xFEE0), *look_alikes(char)]
-        written += [between if index else "", options[pick % len(options)]]
+        between = ["", *BETWEEN][change % (len(BETWEEN) + 1)] if index else ""
+        written += [between, options[change // 97 % len(options)]]
     return value, "".join(written)
 
 
