@@ -2,10 +2,16 @@
 # change the notebook's "# @save" cells and run `python -m scripts.build.save`.
 """Code saved from the chapter notebook chapters/03_untrusted.ipynb."""
 
+import functools
+import html
+import itertools
 import json
 import re
+import unicodedata
+import urllib.parse
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from decimal import Decimal
 from functools import wraps
 from typing import Any, BinaryIO
 from agentbook.anatomy import (
@@ -315,35 +321,235 @@ def scope_tools(tools: dict[str, ToolSpec], principal: Principal, *,
 
 
 # From chapters/03_untrusted.ipynb, cell provenance-values
+def _number_text(number: int | float | Decimal) -> str:
+    """A number as plain decimal text: 4500.0 as 4500, 1e-2 as 0.01.
+
+    An int keeps every digit. nan, inf, and a number with thousands of
+    digits keep their short form (1E+5000): none of them is an amount.
+    """
+    exact = Decimal(repr(number) if isinstance(number, float) else number)
+    if not exact.is_finite() or abs(exact.adjusted()) > 4000:
+        return str(exact)
+    text = format(exact, "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
 def _pieces(value: Any) -> list[str]:
-    """The text of every string and number inside an argument value."""
+    """The text of every string and number inside a value, however nested.
+
+    A string with no letter or digit names nothing and is left out; bytes
+    are read as UTF-8 text.
+    """
     if isinstance(value, bool) or value is None:
         return []  # a flag or a null names nothing an attacker could plant
+    if isinstance(value, bytes | bytearray):
+        value = bytes(value).decode("utf-8", "replace")
     if isinstance(value, str):
-        return [value.strip()] if value.strip() else []
-    if isinstance(value, int | float):
-        whole = isinstance(value, float) and value.is_integer()
-        return [str(value)] + ([str(int(value))] if whole else [])
+        return [value.strip()] if any(map(str.isalnum, value)) else []
+    if isinstance(value, int | float | Decimal):
+        return [_number_text(value)]
     if isinstance(value, dict):
-        value = [*value.keys(), *value.values()]
-    if isinstance(value, list | tuple):
+        value = [*value.values(), *value.keys()]
+    if isinstance(value, list | tuple | set | frozenset):
         return [piece for item in value for piece in _pieces(item)]
     return [str(value)]
 
 
-def _appears(piece: str, text: str) -> bool:
-    """Whether ``piece`` occurs in ``text`` as a whole word or phrase."""
-    pattern = rf"(?<!\w){re.escape(piece)}(?!\w)"
-    return re.search(pattern, text) is not None
+# From chapters/03_untrusted.ipynb, cell provenance-canonical
+# Characters that print like a Latin letter or digit, each group after the
+# one it imitates: Unicode's confusables in the scripts a reader takes for
+# Latin (Greek, Cyrillic, Armenian, Cherokee, Lisu, Coptic, Canadian
+# syllabics, small capitals).
+_LOOK_ALIKES = (
+    "2ƧϨᒿꙄꝚ 3ƷȜЗӠⳌꝪꞫ 4Ꮞ 5Ƽ 6бᏮⳒ 8Ȣȣ 9ⳊꝮ aɑΑαАаᎪᗅᴀꓮ bƄʙΒВЬᏏᏴᑲᖯᗷꓐꞴ cСсᏟᴄⲤⲥꓚꮯ "
+    "dԁᎠᏧᑯᗞᗪᴅꓒꓓ eΕЕеҽᎬᴇⴹꓰꬲ fϜքᖴẝꓝꜰꞘꞙꬵ gƍɡɢԌցᏀᏳᶃꓖ hʜΗНҺһհᎻᏂᕼⲎꓧ jȷͿϳЈјᎫᒍᴊꓙꞲ "
+    "kΚκКᏦᛕᴋⲔꓗ lıƖǀɩɪʟΙιІіӀӏᎥᏞᒪᛁⲒⳐⵏꓡꓲꙇꭵ mΜϺМᎷᗰᛖᴍⲘꓟ nɴΝոռⲚꓠ "
+    "oΟοσОоՕօჿዐᴏᴑⲞⲟⵔꓳꬽ pΡρРрᏢᑭᴘⲢⲣꓑ qԚԛգզⵕ rƦʀгᎡᏒᖇᴦⲅꓣꭇꭈꮁ sƽЅѕՏᏕᏚꓢꜱꮪ tΤТᎢᴛⲦꓔ "
+    "uʋυՍսሀᑌᴜꓴꞟꭎꭒ vνѴѵᏙᐯᴠⴸꓦꮩ wɯѡԜԝաᎳᏔᴡꓪꮃ xΧχХхᕁᕽᚷⲬⵝꓫꞳ yɣʏΥγУуҮүყᎩᎽᶌỿⲨꓬꭚ "
+    "zΖᏃᴢꓜꮓ")
+
+
+@functools.cache
+def _as_read(char: str) -> str:
+    """One character of NFKD text as a reader takes it: a digit of any
+    script as 0-9, a look-alike as the Latin letter or digit it imitates,
+    nothing for a mark, an invisible format character or a Hangul filler."""
+    kind = unicodedata.category(char)
+    if kind == "Nd":
+        return str(unicodedata.decimal(char))
+    if kind in ("Mn", "Me", "Cf") or char in "\u115f\u1160\u3164":
+        return ""
+    return next((group[0] for group in _LOOK_ALIKES.split()
+                 if char in group[1:]), char)
+
+
+def _canonical(text: str) -> str:
+    """``text`` as a reader's eye takes it in, for matching only: its
+    compatibility forms made plain (NFKD: fullwidth, ligatures,
+    superscripts), each character as ``_as_read`` takes it, case folded."""
+    if text.isascii():
+        return text.casefold()
+    plain = unicodedata.normalize("NFKD", text)
+    return "".join(map(_as_read, plain)).casefold()
+
+
+# From chapters/03_untrusted.ipynb, cell provenance-trusted
+_NUMBER = r"(?:0|[1-9]\d{0,29})(?:\.\d{1,30})?"  # as _pieces writes an amount
+_GROUPS = ("", ",", ".", " ", "\u00a0", "\u202f", "'")  # thousands marks
+
+
+def _written(number: str) -> list[str]:
+    """The usual ways to write ``number``: 4500 as 4,500 or 4.500,00."""
+    whole, _, cents = number.partition(".")
+    fractions = [cents, cents.ljust(2, "0")] if cents else ["", "00"]
+    thousands = [whole[max(0, end - 3):end]
+                 for end in range(len(whole) % 3 or 3, len(whole) + 1, 3)]
+    return sorted({group.join(thousands) + (mark + part if part else "")
+                   for group in _GROUPS for mark in ".," if mark != group
+                   for part in fractions})
+
+
+def _vouching(piece: str) -> re.Pattern[str]:
+    """Where trusted text writes ``piece``: as it is, spaces and hyphens
+    inside it aside, or for a number in any of the usual formats; whole,
+    with no letter or digit beside it, nor a sign or decimals by a number."""
+    sign, body = piece[:1] if piece[:1] == "-" else "", piece.lstrip("-")
+    kept = [re.escape(char) for char in body if char not in " \t\n-"]
+    forms = [r"[\s-]*+".join(kept)]
+    before, after = r"(?<![^\W_])", r"(?![^\W_])"
+    if re.fullmatch(_NUMBER, body):
+        forms += [re.escape(form) for form in _written(body)]
+        before, after = r"(?<![\w.,-])", r"(?![.,]\d)" + after
+    return re.compile(f"{before}{re.escape(sign)}(?:{'|'.join(forms)}){after}")
+
+
+@functools.lru_cache(maxsize=32)
+def _bare(text: str) -> str:
+    """Only the letters and digits of ``text``, which no pattern skips."""
+    return "".join(filter(str.isalnum, text))
+
+
+def _vouches(text: str, piece: str) -> bool:
+    """Whether trusted ``text`` writes ``piece``, by ``_vouching``."""
+    return ("".join(filter(str.isalnum, piece)) in _bare(text)  # or it can't
+            and bool(_vouching(piece).search(text)))
+
+
+# From chapters/03_untrusted.ipynb, cell provenance-readings
+# A number as written: digits with points, commas or apostrophes between
+# them, perhaps a power of ten; not inside a word, a date or a time.
+_NUMBER_WORD = r"(?<![\w.,'/:-])[.,]?\d[\d.,']*+(?:e[+-]?\d++)?+(?![\w/:-])"
+
+
+def _plain_numbers(text: str) -> list[str]:
+    """Each number in ``text`` in plain form, read with its last point or
+    comma as the decimal mark, and without: 04500 and 4.5e3 as 4500,
+    1.000 as 1 and as 1000."""
+    plain = []
+    for word in re.findall(_NUMBER_WORD, text):
+        digits, _, power = word.replace("'", "").rstrip(".,").partition("e")
+        *whole, last = re.split("[.,]", digits)
+        readings = {("".join(whole) + last, "0")} | (
+            {("".join(whole) or "0", last)} if whole else set())
+        plain += [_number_text(Decimal(f"{number}.{fraction}e{power or 0}"))
+                  for number, fraction in readings
+                  if len(number + fraction + power) <= 60]
+    return plain
+
+
+@functools.lru_cache(maxsize=32)
+def _compact(text: str, latin: bool) -> tuple[str, bytes]:
+    """``text``'s letters and digits run together, o as 0 and l and i as 1,
+    and a mark (1) at each place where a word ended between them. The text
+    counts as written, with HTML entities and %-escapes decoded, and with
+    its numbers in plain form. A run of digits is a word of its own (4500
+    in 4500cents); for a ``latin`` value, any other character ends one."""
+    decoded = html.unescape(urllib.parse.unquote(text))
+    readings = [_canonical(seen) for seen in dict.fromkeys([text, decoded])]
+    readings += _plain_numbers(" ".join(readings))
+    words = re.findall("[a-z]+|[0-9]+" if latin else r"[^\W\d_]+|\d+",
+                       "\n".join(readings))
+    ends = bytearray(sum(map(len, words)) + 1)
+    for end in itertools.accumulate(map(len, words), initial=0):
+        ends[end] = 1
+    return "".join(words).translate(str.maketrans("oli", "011")), bytes(ends)
+
+
+# From chapters/03_untrusted.ipynb, cell provenance-untrusted
+def _target(piece: str) -> str:
+    """The run of letters and digits ``piece`` is looked for as; a number's
+    in plain form, so "12.50" is looked for as 12.5 and "0042" as 42."""
+    if re.fullmatch(r"-?\d+(?:\.\d+)?", piece):
+        piece = _number_text(Decimal(piece))
+    words = re.findall(r"[^\W_]+", _canonical(piece))
+    return "".join(words).translate(str.maketrans("oli", "011"))
+
+
+def _seen(piece: str, text: str) -> bool:
+    """Whether untrusted ``text`` writes ``piece`` in any way a reader
+    would still take for it: its letters and digits, in order, starting
+    and ending where words do, anything else between them. After a miss
+    the search goes on from the next word; a value that starts word after
+    word but never ends with one is a doubt, and counts as seen."""
+    target = _target(piece)
+    if not target:
+        return False
+    letters, ends = _compact(text, target.isascii())
+    tries = 4 * len(letters) // len(target) + 64  # keeps the work linear
+    start = letters.find(target)
+    while start != -1 and tries:
+        if ends[start] and ends[start + len(target)]:
+            return True
+        next_word = ends.find(1, start + 1)
+        start = letters.find(target, next_word) if next_word != -1 else -1
+        tries -= 1
+    return start != -1
+
+
+# From chapters/03_untrusted.ipynb, cell provenance-inside
+def _names_something(word: str) -> bool:
+    """Whether ``word`` looks like an identifier: five characters or more,
+    with an @, a dot between letters, both letters and digits, or eight
+    digits in a row (an address, a link, an account)."""
+    return len(word) >= 5 and bool(
+        "@" in word or re.search(r"[^\W\d_]\.[^\W\d_]", word)
+        or re.search(r"\d{8}", word)
+        or (re.search(r"\d", word) and re.search(r"[^\W\d_]", word)))
+
+
+def _named_inside(piece: str) -> list[str]:
+    """The identifiers a longer value quotes, such as the link in a message
+    the model wrote; a link also without its scheme and path, and a host
+    without its first label (www.example.com as example.com)."""
+    names = []
+    for word in re.findall(r"[^\s\"'`<>()\[\]{},;!?]+", piece):
+        word = re.sub(r"^[a-z][a-z0-9+.-]*://", "", word.strip(".:/"),
+                      flags=re.IGNORECASE)
+        host = word.split("/")[0]
+        names += [word, host, host.partition(".")[2]]
+    return [name for name in dict.fromkeys(names)
+            if name != piece and _names_something(name)]
+
+
+def _first_sightings(values: list[str], sightings: list[tuple[bool, str]]
+                     ) -> dict[str, bool]:
+    """Where each of ``values`` was first seen: True in trusted text, False
+    in untrusted; a value never seen is left out. Each text is read once,
+    for all the values, so a run that has read many texts stays quick."""
+    first: dict[str, bool] = {}
+    for trusted, text in sightings:
+        for value in values:
+            if value not in first and (_vouches(text, value) if trusted
+                                       else _seen(value, text)):
+                first[value] = trusted
+    return first
 
 
 # From chapters/03_untrusted.ipynb, cell provenance-record
 class ProvenanceRecord:
-    """Every text a run has seen, in order, each marked trusted or not.
-
-    It starts with the trusted texts. A value is untrusted when the first
-    text it appeared in was: a later trusted sighting does not launder it.
-    """
+    """Every text a run has seen, in order, each marked trusted or not; it
+    starts with the trusted texts. A value is untrusted when the first text
+    it appeared in was: a later trusted sighting does not launder it."""
 
     def __init__(self, trusted_texts: Iterable[str]) -> None:
         self.sightings = [(True, str(text)) for text in trusted_texts]
@@ -353,30 +559,32 @@ class ProvenanceRecord:
              trusted: Iterable[str] = ()) -> dict[str, ToolSpec]:
         """Tools that record each result they return; reads are noted."""
         vouched = set(trusted)
-        self.reads |= {name for name, spec in tools.items()
-                       if not spec.effectful}
+        self.reads |= {name for name in tools if not tools[name].effectful}
         return {name: replace(spec, handler=self._recording(
                     spec, name in vouched)) for name, spec in tools.items()}
 
     def _recording(self, spec: ToolSpec, trusted: bool) -> Callable[..., Any]:
         @wraps(spec.handler)
         def handler(**arguments: Any) -> Any:
-            result = spec.handler(**arguments)
-            text = result if isinstance(result, str) else json.dumps(
-                result, default=str)
-            self.sightings.append((trusted, text))
+            try:  # an error's message is text the model reads too
+                result = spec.handler(**arguments)
+            except Exception as failure:
+                self.sightings.append((trusted, str(failure)))
+                raise
+            self.sightings.append((trusted, "\0".join(_pieces(result))))
             return result
         return handler
 
     def first_untrusted(self, arguments: dict[str, Any] | None) -> str | None:
-        """A value in ``arguments`` first seen in untrusted text, if any."""
-        values = list((arguments or {}).values())  # the names are ours
-        for piece in _pieces(values):
-            first = next((trusted for trusted, text in self.sightings
-                          if _appears(piece, text)), True)
-            if not first:
-                return piece
-        return None
+        """A value in ``arguments`` first seen in untrusted text, if any, or
+        an identifier quoted in a value never seen whole."""
+        pieces = list(dict.fromkeys(_pieces(list((arguments or {}).values()))))
+        first = _first_sightings(pieces, self.sightings)
+        quoted = [name for piece in pieces if piece not in first
+                  for name in _named_inside(piece)]
+        first |= _first_sightings(quoted, self.sightings)
+        return next((value for value in [*pieces, *quoted]
+                     if first.get(value) is False), None)
 
 
 # From chapters/03_untrusted.ipynb, cell provenance-policy

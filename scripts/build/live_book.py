@@ -54,7 +54,8 @@ NOT_IN_PAGE = {
     "install-agentbook": "installs agentbook on Colab; the page has it already",
     "colab-install": "installs agentbook on Colab; the page has it already",
     "light-import": "starts a fresh Python process, which a browser cannot",
-    "agentdojo-table": "reads the committed AgentDojo results, which the page does not have",
+    "agentdojo-load": "reads the committed AgentDojo results, which the page does not have",
+    "agentdojo-table": "sums up the AgentDojo results, which the page does not have",
 }
 WHEEL_TIME = (1980, 1, 1, 0, 0, 0)  # a fixed date: the same wheel bytes on every render
 # A code cell's div, which Quarto follows with the cell's source block (a diagram's is not).

@@ -1,6 +1,7 @@
 """Time what the book's speed targets are about; rerun it and quote medians.
 
-    python -m scripts.checks.bench chapter|tests|commands|import|loop|live|sandbox [--runs N]
+    python -m scripts.checks.bench chapter|tests|commands|import|loop|live|sandbox|provenance
+        [--runs N]
     python -m scripts.checks.bench grading [--count 200] [--workers N] [--csv FILE]
                                             [--timeout 60] [--test-timeout 10]
 
@@ -14,6 +15,9 @@ a minute and the slowest submission for a class copied from the fixture submissi
 them one whose function never returns, graded as `grading class` grades without Docker.
 sandbox reports what one run of a short program in Chapter 3's sandbox costs, against starting
 the same interpreter bare.
+provenance: one check of a value against a 100 kB untrusted result built to make a
+backtracking search retry at every word, or a repeated search re-read the same letters, each
+under 0.1 s; and ten values checked after a run read 100 results of 14 kB, under 1 s.
 Shared machines are noisy: it reports the median and spread, and for commands the processor
 time too, which load inflates less.
 """
@@ -395,6 +399,52 @@ def bench_live(book: Path, runs: int) -> None:
 LOOPING_FIXTURE = "wrong-q5a-never-returns"  # a function that never returns when tested
 
 
+def bench_provenance(runs: int) -> None:
+    """Provenance checks on hostile results, beside the backtracking pattern it replaced."""
+    import random
+    import re
+
+    from agentbook import ProvenancePolicy
+    from agentbook.untrusted import _compact
+
+    value = "a" * 299 + "b"
+    hostile = "a-" * 50_000 + value  # every word starts a long partial match
+
+    def check(text: str, piece: str, found: bool) -> Callable[[], None]:
+        def run() -> None:
+            policy = ProvenancePolicy([""])
+            policy.sightings.append((False, text))
+            assert (policy.first_untrusted({"value": piece}) == piece) is found
+            _compact.cache_clear()
+        return run
+
+    backtracking = re.compile(r"(?<![^\W_])" + r"[\W_]*".join(value) + r"(?![^\W_])")
+    report("provenance check, 100 kB hostile text", [
+        timed(check(hostile, value, True)) for _ in range(runs)])
+    # One word of 100,000 letters holding a 10,000-letter value at its start, and 50,000
+    # two-letter words where an odd-length value starts at every word and ends inside one.
+    report("provenance check, 100 kB as one word", [
+        timed(check("a" * 100_000, "a" * 10_000, False)) for _ in range(runs)])
+    report("provenance check, 100 kB of short words", [
+        timed(check("ab " * 33_333, "ab" * 1_000 + "a", True)) for _ in range(runs)])
+    # A run that has read 100 results of 14 kB with accented letters, checking 10 values:
+    # more texts than the matcher's cache holds, so each is read again at every check.
+    rng = random.Random(1)
+    words = ["Zürich", "café", "naïve", "Straße", "order", "refund", "ÀÉÎÕÜ"]
+    texts = [" ".join(rng.choice(words) + str(rng.randrange(1000)) for _ in range(1500))
+             for _ in range(100)]
+    values = {f"k{index}": f"value{index}x" for index in range(10)}
+
+    def long_run() -> None:
+        policy = ProvenancePolicy([""])
+        policy.sightings += [(False, text) for text in texts]
+        assert policy.first_untrusted(values) is None
+
+    report("provenance check after 100 results of 14 kB", [timed(long_run) for _ in range(runs)])
+    report("the same search as one regular expression",
+           [timed(lambda: backtracking.search(hostile)) for _ in range(min(runs, 3))])
+
+
 def bench_grading(count: int, workers: int, grades: Path | None, timeout: float,
                   test_timeout: float) -> None:
     """Grade a class of `count` submissions, the first chapter's fixtures copied in turn and
@@ -453,7 +503,7 @@ def bench_grading(count: int, workers: int, grades: Path | None, timeout: float,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=["chapter", "tests", "commands", "import", "loop", "live",
-                                         "grading", "sandbox"])
+                                         "grading", "sandbox", "provenance"])
     parser.add_argument("--runs", type=int, help="samples to take the median of (default: "
                         "3 for commands, 5 for chapter and tests, 21 for import and sandbox, "
                         "51 for loop)")
@@ -470,7 +520,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--test-timeout", type=float, default=10,
                         help="for grading: each test's limit, as `grading class --test-timeout`")
     args = parser.parse_args(argv)
-    default_runs = {"commands": 3, "import": 21, "sandbox": 21, "loop": 51}.get(args.what, 5)
+    default_runs = {"commands": 3, "import": 21, "sandbox": 21, "loop": 51,
+                    "provenance": 21}.get(args.what, 5)
     runs = args.runs if args.runs is not None else default_runs
     if min(runs, args.count, args.workers) < 1:
         parser.error("--runs, --count and --workers must be at least 1")
@@ -484,6 +535,7 @@ def main(argv: list[str] | None = None) -> int:
         "live": lambda: bench_live(args.book, runs),
         "grading": lambda: bench_grading(args.count, args.workers, args.csv, args.timeout,
                                          args.test_timeout),
+        "provenance": lambda: bench_provenance(runs),
     }
     benches[args.what]()
     return 0
