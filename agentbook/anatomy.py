@@ -392,7 +392,7 @@ def _json_length(message: Any) -> int:
     """One message's JSON length; a value JSON lacks counts as its text."""
     try:
         return len(json.dumps(message))
-    except TypeError:  # not JSON throughout: the slower way, as text
+    except TypeError:  # a value JSON lacks: priced as its text
         return len(json.dumps(message, default=str))
 
 
@@ -673,13 +673,13 @@ def _act_on(state: RunState, proposals: list[ToolCall],
 # From chapters/01_anatomy.ipynb, cell model-view
 @dataclass
 class _ModelView:
-    """The model's copy of a run's transcript, kept a message at a time.
+    """The model's copies of a run's messages, kept one message at a time.
 
-    Each message is copied, and its JSON length counted, once: the first
-    time it is sent. A reply is kept as the model sent it, being the
-    model's already. Before each call the copies are compared with the
-    transcript; if the model edited one, all are made again. (An edit
-    Python counts as none, ``1.0`` for ``1``, stays in the model's copy.)
+    A message is copied, and its JSON length counted, the first time it
+    is sent; a reply in JSON's types is kept as the model sent it, being
+    the model's own. Before each call the copies are compared with the
+    transcript and, if the model edited one, all are made again. (An edit
+    that compares equal, ``1.0`` for ``1``, stays in the model's copy.)
     """
 
     copies: list[Any] = field(default_factory=list)
@@ -688,7 +688,7 @@ class _ModelView:
     def catch_up(self, messages: list[dict[str, Any]]) -> int:
         """Copy what is new in ``messages``; return their token estimate,
         ``estimate_tokens(messages)``, from the lengths kept."""
-        if self.copies != messages[:len(self.copies)]:  # one pass, in C
+        if not self._unedited(messages):
             self.copies, self.lengths = [], []
         for message in messages[len(self.copies):]:
             self.keep(_copy(message), message)
@@ -698,6 +698,13 @@ class _ModelView:
         """Add the model's copy of ``message`` and the message's length."""
         self.copies.append(copied)
         self.lengths.append(_json_length(message))
+
+    def _unedited(self, messages: list[dict[str, Any]]) -> bool:
+        """Whether every copy still equals its message: one pass, in C."""
+        try:
+            return self.copies == messages[:len(self.copies)]
+        except Exception:  # the model left something that cannot compare
+            return False
 
 
 # From chapters/01_anatomy.ipynb, cell json-copy
@@ -727,12 +734,14 @@ def _json_copy(value: Any, depth: int = 0) -> tuple[Any, str | None]:
 # From chapters/01_anatomy.ipynb, cell ask-model
 def _ask(model: Any, state: RunState, view: _ModelView | None = None,
          ) -> tuple[dict[str, Any], list[ToolCall]]:
-    """Call the model on a copy of the transcript (``view``'s, caught up
-    by the loop, or one made now, in a list of its own); its reply and
-    calls. A reply holding a value JSON cannot carry is stored with a note
-    in its place, and each of its calls is made invalid. If the model
-    raises, the error carries the run, untouched by the failed turn, as
-    ``.state``."""
+    """Call the model on a copy of the transcript; its reply and calls.
+
+    The copy is ``view``'s, which the loop keeps caught up, or else one
+    made for this call. A reply holding a value JSON cannot carry is stored
+    with a note in its place, and each of its calls is made invalid. If
+    the model raises, the error carries the run, untouched by the failed
+    turn, as ``.state``.
+    """
     shown = (copy.deepcopy(state.messages) if view is None
              else list(view.copies))
     try:
@@ -742,8 +751,9 @@ def _ask(model: Any, state: RunState, view: _ModelView | None = None,
         raise
     plain, problem = _json_copy(reply)
     message, why = _as_assistant_message(plain), f"the reply held {problem}"
-    if view is not None:  # the model's own reply needs no copy for it
-        view.keep(_as_assistant_message(reply), message)
+    if view is not None:  # a reply in JSON's types is the model's own copy
+        view.keep(_copy(message) if problem else _as_assistant_message(reply),
+                  message)
     return message, [ToolCall(call.call_id, call.name, None, why) if problem
                      else call for call in parse_tool_calls(message)]
 
