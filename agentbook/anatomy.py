@@ -10,13 +10,13 @@ import math
 from enum import StrEnum
 import copy
 import textwrap
-import io
-from pathlib import Path
 from collections import Counter
 import threading
 import sys
 from concurrent.futures import ThreadPoolExecutor
 import re
+import io
+from pathlib import Path
 
 __all__ = [
     "ToolSpec",
@@ -45,7 +45,6 @@ __all__ = [
     "SYSTEM_PROMPT_WITH_LIMIT",
     "AUTO_REFUND_LIMIT_CENTS",
     "refund_gate",
-    "show_figure",
     "run_agent",
     "RUN_STATE_FORMAT",
     "state_from_json",
@@ -61,6 +60,7 @@ __all__ = [
     "execute_plan",
     "check_run",
     "verify_refund",
+    "show_figure",
 ]
 
 
@@ -388,6 +388,14 @@ class Observation:
     content: Any
 
 
+def _json_length(message: Any) -> int:
+    """One message's JSON length; a value JSON lacks counts as its text."""
+    try:
+        return len(json.dumps(message))
+    except TypeError:  # a value JSON lacks: priced as its text
+        return len(json.dumps(message, default=str))
+
+
 def estimate_tokens(messages: list[dict[str, Any]]) -> int:
     """Estimate a prompt's size in tokens: its JSON length divided by four.
 
@@ -395,9 +403,21 @@ def estimate_tokens(messages: list[dict[str, Any]]) -> int:
     that is the property a budget needs. A value JSON lacks is priced as
     its text, so pricing a prompt never fails.
     """
-    characters = sum(len(json.dumps(message, default=str))
-                     for message in messages)
-    return characters // 4
+    return sum(map(_json_length, messages)) // 4
+
+
+# From chapters/01_anatomy.ipynb, cell copy-value
+def _copy(value: Any) -> Any:
+    """A deep copy of ``value``, made quickly where it holds JSON's types,
+    as nearly everything that crosses the effect boundary does."""
+    kind = type(value)
+    if kind is dict:
+        return {key: _copy(item) for key, item in value.items()}
+    if kind is list:
+        return [_copy(item) for item in value]
+    if kind in (str, int, float, bool) or value is None:
+        return value
+    return copy.deepcopy(value)
 
 
 # From chapters/01_anatomy.ipynb, cell execute-call
@@ -426,13 +446,12 @@ def execute_call(call: ToolCall, tools: dict[str, ToolSpec],
     allowed, reason = gate(call)
     if not allowed:
         return Observation(call.call_id, False, "denied", reason)
-    arguments = copy.deepcopy(call.arguments or {})
+    arguments = _copy(call.arguments or {})
     try:
         outcome = tools[call.name].handler(**arguments)
     except (KeyError, ValueError, TimeoutError) as failure:
         return Observation(call.call_id, False, "error", str(failure))
-    return Observation(call.call_id, True, "result",
-                       copy.deepcopy(outcome))
+    return Observation(call.call_id, True, "result", _copy(outcome))
 
 
 # From chapters/01_anatomy.ipynb, cell run-state
@@ -578,29 +597,6 @@ def refund_gate(call: ToolCall) -> tuple[bool, str]:
     return True, "within policy"
 
 
-# From chapters/01_anatomy.ipynb, cell s02-28
-def show_figure(fig: Any, name: str,
-                folder: Path = Path("..", "figures")) -> None:
-    """Show a matplotlib figure as SVG and keep ``folder/<name>.svg`` equal.
-
-    A fixed salt for the ids matplotlib writes and no date make the SVG the
-    same bytes on every run, which a byte-for-byte check needs. The file is
-    rewritten only when the figure changed, and only where the book's
-    figures folder exists.
-    """
-    import matplotlib  # here, not at the top: the package needs no plotting
-    from IPython.display import SVG, display
-
-    buffer = io.StringIO()
-    with matplotlib.rc_context({"svg.hashsalt": "agentbook"}):
-        fig.savefig(buffer, format="svg", metadata={"Date": None})
-    svg, path = buffer.getvalue(), folder / f"{name}.svg"
-    stale = not path.exists() or path.read_text(encoding="utf-8") != svg
-    if folder.is_dir() and stale:
-        path.write_text(svg, encoding="utf-8")
-    display(SVG(svg))  # type: ignore[no-untyped-call]
-
-
 # From chapters/01_anatomy.ipynb, cell count-denials
 def _fingerprint(call: ToolCall) -> str:
     """Name a proposal by its tool and arguments, so a repeat is recognized."""
@@ -674,7 +670,44 @@ def _act_on(state: RunState, proposals: list[ToolCall],
     return None
 
 
-# From chapters/01_anatomy.ipynb, cell ask-model
+# From chapters/01_anatomy.ipynb, cell model-view
+@dataclass
+class _ModelView:
+    """The model's copies of a run's messages, kept one message at a time.
+
+    A message is copied, and its JSON length counted, the first time it
+    is sent; a reply in JSON's types is kept as the model sent it, being
+    the model's own. Before each call the copies are compared with the
+    transcript and, if the model edited one, all are made again. (An edit
+    that compares equal, ``1.0`` for ``1``, stays in the model's copy.)
+    """
+
+    copies: list[Any] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+
+    def catch_up(self, messages: list[dict[str, Any]]) -> int:
+        """Copy what is new in ``messages``; return their token estimate,
+        ``estimate_tokens(messages)``, from the lengths kept."""
+        if not self._unedited(messages):
+            self.copies, self.lengths = [], []
+        for message in messages[len(self.copies):]:
+            self.keep(_copy(message), message)
+        return sum(self.lengths) // 4
+
+    def keep(self, copied: Any, message: dict[str, Any]) -> None:
+        """Add the model's copy of ``message`` and the message's length."""
+        self.copies.append(copied)
+        self.lengths.append(_json_length(message))
+
+    def _unedited(self, messages: list[dict[str, Any]]) -> bool:
+        """Whether every copy still equals its message: one pass, in C."""
+        try:
+            return self.copies == messages[:len(self.copies)]
+        except Exception:  # the model left something that cannot compare
+            return False
+
+
+# From chapters/01_anatomy.ipynb, cell json-copy
 _MAX_DEPTH = 64  # deeper nesting than any message needs
 
 
@@ -682,35 +715,45 @@ def _json_copy(value: Any, depth: int = 0) -> tuple[Any, str | None]:
     """``value`` copied in JSON's types; what is not (a Decimal, a tuple,
     a NaN, a key that is not text) becomes a note, and is named second."""
     kind = type(value)
-    number = (kind is int and value.bit_length() < 14_000  # 4,300 digits
-              or kind is float and math.isfinite(value))
-    if value is None or kind in (str, bool) or number:
+    if kind is str or kind is bool or value is None:
+        return value, None
+    if (kind is int and value.bit_length() < 14_000  # 4,300 digits
+            or kind is float and math.isfinite(value)):
         return value, None
     if depth > _MAX_DEPTH:  # a container this deep; the note is a leaf
         return "(not JSON: nested too deeply)", "a value nested too deeply"
     if kind is list or (kind is dict and all(type(k) is str for k in value)):
-        items = value.items() if kind is dict else enumerate(value)
-        copied = {key: _json_copy(item, depth + 1) for key, item in items}
-        problem = next((p for _, p in copied.values() if p), None)
-        plain = {key: item for key, (item, _) in copied.items()}
-        return (plain if kind is dict else list(plain.values())), problem
+        copied, problem = {}, None
+        for key, item in (value.items() if kind is dict else enumerate(value)):
+            copied[key], found = _json_copy(item, depth + 1)
+            problem = problem or found
+        return (copied if kind is dict else list(copied.values())), problem
     return f"(not JSON: {kind.__name__})", f"a value of type {kind.__name__}"
 
 
-def _ask(model: Any, state: RunState) -> tuple[dict[str, Any], list[ToolCall]]:
+# From chapters/01_anatomy.ipynb, cell ask-model
+def _ask(model: Any, state: RunState, view: _ModelView | None = None,
+         ) -> tuple[dict[str, Any], list[ToolCall]]:
     """Call the model on a copy of the transcript; its reply and calls.
 
-    A reply holding a value JSON cannot carry is stored with a note in its
-    place, and each of its calls is made invalid. If the model raises, the
-    error carries the run, untouched by the failed turn, as ``.state``.
+    The copy is ``view``'s, which the loop keeps caught up, or else one
+    made for this call. A reply holding a value JSON cannot carry is stored
+    with a note in its place, and each of its calls is made invalid. If
+    the model raises, the error carries the run, untouched by the failed
+    turn, as ``.state``.
     """
+    shown = (copy.deepcopy(state.messages) if view is None
+             else list(view.copies))
     try:
-        reply = model.chat(copy.deepcopy(state.messages))
+        reply = model.chat(shown)
     except BaseException as failure:
         failure.state = state  # type: ignore[attr-defined]
         raise
     plain, problem = _json_copy(reply)
     message, why = _as_assistant_message(plain), f"the reply held {problem}"
+    if view is not None:  # a reply in JSON's types is the model's own copy
+        view.keep(_copy(message) if problem else _as_assistant_message(reply),
+                  message)
     return message, [ToolCall(call.call_id, call.name, None, why) if problem
                      else call for call in parse_tool_calls(message)]
 
@@ -720,13 +763,13 @@ def _run_loop(state: RunState, model: Any, tools: dict[str, ToolSpec],
               gate: Gate, limits: Limits) -> RunResult:
     """Propose, gate, execute, observe from ``state`` until a typed stop."""
     state.stop, answer = None, None  # a resumed run is under way again
-    denials = _denials_so_far(state)
+    denials, view = _denials_so_far(state), _ModelView()
     while state.stop is None and state.turns < limits.max_turns:
-        size = estimate_tokens(state.messages)
+        size = view.catch_up(state.messages)  # = estimate_tokens(messages)
         if size > limits.max_prompt_tokens:  # checked before paying for it
             state.stop = Stop.TOKEN_LIMIT
             break
-        reply, proposals = _ask(model, state)
+        reply, proposals = _ask(model, state, view)
         state.messages.append(reply)
         state.prompt_token_log.append(size)
         state.turns += 1
@@ -1152,6 +1195,7 @@ def check_run(result: RunResult, effects: list[dict[str, Any]],
     allowed = [seen.content for _, seen in pairs
                if seen.ok is True and seen.kind == "result"]
     log = state.prompt_token_log
+    lengths = [_json_length(m) for m in state.messages]  # each one once
     return {
         "effects_authorized": _kinds(effects) <= _kinds(allowed),
         "observations_correlated": _answered_once_each(state.messages)
@@ -1159,7 +1203,7 @@ def check_run(result: RunResult, effects: list[dict[str, Any]],
         and all(o.ok is (o.kind == "result") for o in state.observations),
         "bounded": len(spoken) <= limits.max_turns  # JSON: 2.0 is not 2
         and _kinds([[state.turns, log]]) == _kinds([[len(spoken), [
-            estimate_tokens(state.messages[:n]) for n in spoken]]])
+            sum(lengths[:n]) // 4 for n in spoken]]])
         and all(size <= limits.max_prompt_tokens for size in log),
         "typed_ending": isinstance(result.stop, Stop)
         and state.stop in (None, result.stop),
@@ -1175,3 +1219,26 @@ def verify_refund(effects: list[dict[str, Any]], order_id: str,
     next to an empty effect log fails.
     """
     return effects == [{"order_id": order_id, "refunded_cents": amount_cents}]
+
+
+# From chapters/01_anatomy.ipynb, cell show-figure
+def show_figure(fig: Any, name: str,
+                folder: Path = Path("..", "figures")) -> None:
+    """Show a matplotlib figure as SVG and keep ``folder/<name>.svg`` equal.
+
+    A fixed salt for the ids matplotlib writes and no date make the SVG the
+    same bytes on every run, which a byte-for-byte check needs. The file is
+    rewritten only when the figure changed, and only where the book's
+    figures folder exists.
+    """
+    import matplotlib  # here, not at the top: the package needs no plotting
+    from IPython.display import SVG, display
+
+    buffer = io.StringIO()
+    with matplotlib.rc_context({"svg.hashsalt": "agentbook"}):
+        fig.savefig(buffer, format="svg", metadata={"Date": None})
+    svg, path = buffer.getvalue(), folder / f"{name}.svg"
+    stale = not path.exists() or path.read_text(encoding="utf-8") != svg
+    if folder.is_dir() and stale:
+        path.write_text(svg, encoding="utf-8")
+    display(SVG(svg))  # type: ignore[no-untyped-call]
