@@ -82,11 +82,16 @@ MEASURE = """() => {
   window.agentbookMeasure = { settle, landed, follow };
 }"""
 # Every `##` section and every element the page's own links lead to, once each, in page order
-# (a target without a box, such as a hidden element, has nowhere to land).
+# (a target without a box, such as a hidden element, has nowhere to land). Quarto writes a
+# cross-reference's `#fig-...` as this page's full address as it loads; the links hidden
+# from readers on each line of code are left out.
 TARGETS = """() => {
   const ids = [...document.querySelectorAll("main section.level2[id]")].map((s) => s.id);
-  for (const link of document.querySelectorAll('main a[href^="#"]')) {
-    ids.push(decodeURIComponent(link.getAttribute("href").slice(1)));
+  for (const link of document.querySelectorAll("main a[href*='#']:not([aria-hidden=true])")) {
+    const to = new URL(link.href, location.href);
+    if (to.origin === location.origin && to.pathname === location.pathname && to.hash) {
+      ids.push(decodeURIComponent(to.hash.slice(1)));
+    }
   }
   return [...new Set(ids)].filter((id) => document.getElementById(id)?.getClientRects().length);
 }"""
