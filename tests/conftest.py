@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from scripts.build import live_book
 from scripts.checks.measure_pages import find_chromium
 
 settings.register_profile(
@@ -75,6 +76,9 @@ def render_book(folder: Path) -> None:
     """Render a copy of the sources in ``folder``/src, keeping Quarto's log beside it."""
     quarto = shutil.which("quarto")
     assert quarto is not None
+    # The pinned npm packages go into this checkout's live/, as a render here would put them:
+    # the copy takes them from there, and axe-core (scripts/checks/accessibility.py) is found.
+    live_book.install_packages()
     source = folder / "src"
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*NOT_COPIED))
     # Every format's diagrams are drawn by Chromium (rendered_book skips without it).
