@@ -42,9 +42,25 @@ def slowness_rank(nodeid: str) -> int:
     return ranks[0] if ranks else len(SLOWEST_FIRST)
 
 
+# The full suite (`dev.py test --full`) renders the book once: the file that renders it goes
+# first, so that one worker renders while the other starts on the rest, and the other files
+# that read the book go last, so that no worker waits for the render while other tests remain.
+RENDERS_FIRST = "tests/test_render.py"
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    full = os.environ.get("AGENTBOOK_FULL") == "1"
+    reading = {item.nodeid.split("::")[0] for item in items
+               if full and "rendered_book" in getattr(item, "fixturenames", ())}
+
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid.split("::")[0]
+        if full and path == RENDERS_FIRST:
+            return -1
+        return len(SLOWEST_FIRST) + 1 if path in reading else slowness_rank(item.nodeid)
+
     # A stable sort: within a file, and so within a notebook, the order stays as written.
-    items.sort(key=lambda item: slowness_rank(item.nodeid))
+    items.sort(key=rank)
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -7,7 +7,14 @@
                            with Quarto (from PATH, or pip-installed into .venv when
                            it can be) to HTML and EPUB, and print the PDF with
                            Chromium
-    python3 dev.py test    set up .venv, then run ruff, mypy and every test
+    python3 dev.py test    set up .venv, then run ruff, mypy and every test that
+                           needs no rendered book: the quick suite, under 90 s on
+                           two cores
+    python3 dev.py test --full
+                           the same, then render the book with Quarto into a
+                           temporary folder and read it in Chromium too: the HTML
+                           pages, live cells, EPUB and PDF (needs Quarto, Chromium
+                           and npm; AGENTBOOK_FULL=1 asks for the same)
 
 Set-up creates a virtual environment in .venv and installs the pinned
 requirements (requirements-dev.txt, which includes requirements.txt) and the
@@ -43,6 +50,12 @@ INSTALLER_VARIABLE = "AGENTBOOK_INSTALLER"
 # The Quarto that `book` installs into .venv when none is on PATH. The quarto-cli package
 # downloads Quarto's binary from GitHub while it installs, so it fails where that is blocked.
 QUARTO_CLI = "quarto-cli==1.10.19"
+# `test --full`, or this variable set to 1, runs the tests that render the book and read it
+# in Chromium (tests/conftest.py); without it they skip, and the suite stays quick.
+FULL_VARIABLE = "AGENTBOOK_FULL"
+# Where the tests look for Chromium, as scripts/checks/measure_pages.py does: $CHROMIUM, then
+# these names on PATH.
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "chrome")
 # The AgentDojo suites whose results `book` writes into figures/ for Chapter 3.
 INJECTION_SUITES = ("banking", "slack")
 QUARTO_INSTALL_TIMEOUT = 600  # seconds; the binary is large, but a blocked download must end
@@ -280,16 +293,41 @@ def book() -> int:
     return run(venv_python(), "-m", "scripts.build.print_book")
 
 
-def test() -> int:
-    """Lint, type-check and run every test; fail if any of them fails."""
+def full_suite_lacks(quarto: str | None) -> list[str]:
+    """What the full suite needs that this machine lacks, each with where it comes from."""
+    lacks = []
+    if quarto is None:
+        lacks.append("Quarto: `quarto` on PATH (README.md, \"Rendering the book\")")
+    if not (os.environ.get("CHROMIUM") or any(map(shutil.which, CHROMIUM_NAMES))):
+        lacks.append("Chromium: on PATH, or named by $CHROMIUM (Debian: apt install chromium)")
+    if shutil.which("npm") is None:
+        lacks.append("npm, which installs Pyodide and axe-core into live/ (apt install npm)")
+    return lacks
+
+
+def test(full: bool = False) -> int:
+    """Lint, type-check and run every test; fail if any of them fails. The quick suite skips
+    the tests that need the rendered book; `full` renders it and runs them too."""
     set_up()
     python = venv_python()
+    environment = dict(os.environ)
+    if full or environment.get(FULL_VARIABLE) == "1":
+        quarto = shutil.which("quarto") or venv_quarto()
+        lacks = full_suite_lacks(quarto)
+        if quarto is None or lacks:
+            print("The full suite needs what is missing here:", *lacks, sep="\n  ",
+                  file=sys.stderr)
+            return 2
+        environment[FULL_VARIABLE] = "1"
+        environment["PATH"] = os.pathsep.join([str(Path(quarto).parent),
+                                               environment.get("PATH", os.defpath)])
     checks = {
         "ruff": (python, "-m", "ruff", "check", "."),
         "mypy": (python, "-m", "mypy"),
         "pytest": (python, "-m", "pytest", *PYTEST_SPREAD),
     }
-    failed = [name for name, command in checks.items() if run(*command) != 0]
+    failed = [name for name, command in checks.items()
+              if run(*command, environment=environment) != 0]
     if failed:
         print("failed:", ", ".join(failed), file=sys.stderr)
         return 1
@@ -301,6 +339,8 @@ def main(argv: list[str]) -> int:
         print("agentbook needs Python 3.11 or newer.", file=sys.stderr)
         return 2
     commands = {"book": book, "test": test}
+    if argv == ["test", "--full"]:
+        return test(full=True)
     if len(argv) != 1 or argv[0] not in commands:
         print(__doc__, file=sys.stderr)
         return 2

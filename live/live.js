@@ -20,6 +20,20 @@ function button(text, label) {
   return node;
 }
 
+// The toolbar's icons, from the Bootstrap Icons font that Quarto ships with every page; on a
+// phone they take the place of the buttons' words (live.css), which still name the buttons.
+const ICONS = { "Run all": "bi-fast-forward-fill", Stop: "bi-stop-fill",
+                Reset: "bi-arrow-counterclockwise" };
+
+function toolButton(text) {
+  const node = button("");
+  node.classList.add("live-tool");
+  const icon = element("i", `bi ${ICONS[text]}`);
+  icon.setAttribute("aria-hidden", "true");
+  node.append(icon, element("span", "live-tool-label", text));
+  return node;
+}
+
 // One Python in a worker; `call` sends a request and resolves with its reply. With
 // `onPartial`, the request asks for its output while it runs (live/DESIGN.md, "Messages").
 class Python {
@@ -696,12 +710,11 @@ class LiveBook {
     const bar = element("div", "live-toolbar");
     bar.setAttribute("role", "toolbar");
     bar.setAttribute("aria-label", "Live cells");
-    const runAll = button("Run all");
-    const stop = button("Stop");
-    const reset = button("Reset");
+    const runAll = toolButton("Run all");
+    const stop = toolButton("Stop");
+    const reset = toolButton("Reset");
     this.state = element("span", "live-state",
-      "The cells run in this page: Python loads when you first edit or run one " +
-      "(about 14 MB, once).");
+      "Python loads when you first run or edit a cell (14 MB, once).");
     this.state.setAttribute("data-live-state", "");
     runAll.addEventListener("click", () => {
       this.intent();
@@ -713,6 +726,8 @@ class LiveBook {
     const anchor = document.querySelector(".launch-links") || document.querySelector("main h1");
     if (anchor) anchor.after(bar);
     else document.querySelector("main")?.prepend(bar);
+    keepOffsetsCurrent(bar);
+    revealTarget(bar);
   }
 
   async exercises() {
@@ -875,6 +890,35 @@ class LiveBook {
     for (const cell of this.cells) cell.reset();
     if (this.intended) this.warm("Reset to the book's code. A fresh Python is starting");
     else this.say("Reset to the book's code.");
+  }
+}
+
+// A link's target lands below the sticky toolbar: live.css pads the page's scrolling by the
+// toolbar's height, and on a narrow screen by Quarto's header above it too, which this keeps
+// current as either changes size (the status line wraps, the window turns).
+function keepOffsetsCurrent(bar) {
+  const header = document.querySelector("#quarto-header");
+  const root = document.documentElement.style;
+  const update = () => {
+    root.setProperty("--live-toolbar-height", `${bar.getBoundingClientRect().height}px`);
+    root.setProperty("--live-header-height",
+      `${header ? header.getBoundingClientRect().height : 0}px`);
+  };
+  update();
+  const observer = new ResizeObserver(update);
+  observer.observe(bar);
+  if (header) observer.observe(header);
+}
+
+// A page opened at a fragment (a link from another page, a search result) was scrolled to its
+// target before the toolbar existed; if the toolbar now covers the target, scroll again.
+function revealTarget(bar) {
+  const id = decodeURIComponent(location.hash.slice(1));
+  const target = id && document.getElementById(id);
+  if (!target) return;
+  const top = target.getBoundingClientRect().top;
+  if (top > -1 && top < bar.getBoundingClientRect().bottom) {
+    target.scrollIntoView({ block: "start", behavior: "instant" });
   }
 }
 

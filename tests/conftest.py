@@ -1,4 +1,4 @@
-"""Hypothesis profiles for the property tests, and the book rendered once per test run.
+"""Hypothesis profiles for the property tests, and the book rendered once per full run.
 
 ``ci`` (the default) is deterministic and keeps nothing between runs: no
 example database, and Hypothesis's caches go to a temporary directory that
@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from scripts.build import live_book
 from scripts.checks.measure_pages import find_chromium
 
 settings.register_profile(
@@ -75,6 +76,9 @@ def render_book(folder: Path) -> None:
     """Render a copy of the sources in ``folder``/src, keeping Quarto's log beside it."""
     quarto = shutil.which("quarto")
     assert quarto is not None
+    # The pinned npm packages go into this checkout's live/, as a render here would put them:
+    # the copy takes them from there, and axe-core (scripts/checks/accessibility.py) is found.
+    live_book.install_packages()
     source = folder / "src"
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*NOT_COPIED))
     # Every format's diagrams are drawn by Chromium (rendered_book skips without it).
@@ -87,17 +91,32 @@ def render_book(folder: Path) -> None:
     (folder / "render.log").write_text(log, encoding="utf-8")
 
 
+# The full suite renders the book and reads it in Chromium: `python3 dev.py test --full` sets
+# this variable, which pytest run by hand may set too. Without it those tests skip.
+FULL_SUITE = "AGENTBOOK_FULL"
+
+
 @pytest.fixture(scope="session")
-def rendered_book(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+def full_suite() -> None:
+    """Skips a test outside the full suite: one that renders the book or drives Chromium."""
+    if os.environ.get(FULL_SUITE) != "1":
+        pytest.skip("the quick suite does not render the book or open Chromium; "
+                    "`python3 dev.py test --full` does (README.md, \"The two commands\")")
+
+
+@pytest.fixture(scope="session")
+def rendered_book(tmp_path_factory: pytest.TempPathFactory,
+                  full_suite: None) -> tuple[Path, str]:
     """The book rendered from a copy of the sources: its _book folder and Quarto's log.
 
-    Rendered once for the whole run: the test files that read the book share it.
+    Rendered once for the whole run: the test files that read the book share it. The quick
+    suite skips every test that needs it; the full suite fails where it cannot render.
     """
     if shutil.which("quarto") is None:
-        pytest.skip("quarto is not on PATH, so the book cannot be rendered here "
+        pytest.fail("quarto is not on PATH, so the full suite cannot render the book "
                     "(README.md says where Quarto comes from)")
     if find_chromium() is None:
-        pytest.skip("Chromium is not on PATH (or $CHROMIUM), and Quarto draws the book's "
+        pytest.fail("Chromium is not on PATH (or $CHROMIUM), and Quarto draws the book's "
                     "diagrams with it")
     folder = make_once(tmp_path_factory, "book", render_book)
     return folder / "src" / "_book", (folder / "render.log").read_text(encoding="utf-8")

@@ -85,3 +85,39 @@ def test_the_installer_variable_makes_set_up_skip_uv(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(dev, "run", no_run)
     monkeypatch.setenv(dev.INSTALLER_VARIABLE, "pip")
     assert dev.install_with_uv() is False
+
+
+def test_the_full_suite_names_what_it_lacks_and_runs_nothing(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    def no_run(*command: object, environment: object = None) -> int:
+        raise AssertionError(f"ran {command}")
+
+    monkeypatch.setattr(dev, "set_up", lambda: None)
+    monkeypatch.setattr(dev, "run", no_run)
+    monkeypatch.setattr(dev, "venv_quarto", lambda: None)
+    monkeypatch.setattr(dev.shutil, "which", lambda name: None)
+    monkeypatch.delenv("CHROMIUM", raising=False)
+    assert dev.main(["test", "--full"]) == 2
+    said = capsys.readouterr().err
+    assert all(needed in said for needed in ("Quarto", "Chromium", "npm"))
+
+
+def test_the_full_suite_tells_pytest_to_render_and_finds_quarto(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    environments: list[dict[str, str]] = []
+
+    def record(*command: object, environment: dict[str, str] | None = None) -> int:
+        assert environment is not None
+        environments.append(environment)
+        return 0
+
+    monkeypatch.setattr(dev, "set_up", lambda: None)
+    monkeypatch.setattr(dev, "run", record)
+    monkeypatch.setattr(dev.shutil, "which", lambda name: f"/opt/{name}/bin/{name}")
+    monkeypatch.delenv(dev.FULL_VARIABLE, raising=False)
+    assert dev.main(["test"]) == 0
+    assert all(dev.FULL_VARIABLE not in environment for environment in environments)
+    environments.clear()
+    assert dev.main(["test", "--full"]) == 0
+    assert [environment[dev.FULL_VARIABLE] for environment in environments] == ["1"] * 3
+    assert environments[-1]["PATH"].startswith(f"/opt/quarto/bin{os.pathsep}")

@@ -2,8 +2,8 @@
 
 The export tests always run. The browser tests render a copy of the book with Quarto, open
 the chapter offline in headless Chromium and step through every run it shows, checking each
-view against the run's data; they skip, saying why, where Quarto, Chromium or Playwright is
-absent.
+view against the run's data, with no script error; they belong to the full suite
+(`python3 dev.py test --full`), and the quick suite skips them, saying so.
 """
 
 import html

@@ -5,8 +5,9 @@ and the exercise steps. The browser tests serve the book rendered once per run
 (tests/conftest.py) from a local HTTP server, open it in Debian's Chromium through
 playwright with every request to another host aborted, and check that "Run all" prints
 every stored output again, that an edit, an error and an endless loop behave, and that an
-exercise's starter fails its check where the model answer passes. They skip, saying why,
-where Quarto, Chromium or playwright is missing.
+exercise's starter fails its check where the model answer passes, on every page whose
+notebook _quarto.yml lists, raising no script error. They belong to the full suite
+(`python3 dev.py test --full`); the quick suite skips them, saying so.
 """
 
 from __future__ import annotations
@@ -23,14 +24,21 @@ import pytest
 from scripts.build import live_book
 from scripts.checks.accessibility import serving
 from scripts.checks.measure_pages import CHROMIUM_FLAGS, find_chromium
+from tests.test_render import book_files
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTER = ROOT / "chapters" / "01_anatomy.ipynb"
-LIVE_PAGES = ("chapters/01_anatomy.html", "chapters/02_durable.html",
-              "chapters/03_untrusted.html",
-              "chapters/a1_real_models.html",
-              "chapters/a2_run_explorer.html")
 RUN_ALL_TIMEOUT = 120_000  # ms; Pyodide loads, then every cell runs
+
+
+def live_pages() -> list[str]:
+    """The page of each notebook _quarto.yml lists that has a cell the page runs, in order."""
+    return [page.relative_to(ROOT).with_suffix(".html").as_posix() for page in book_files(ROOT)
+            if page.suffix == ".ipynb"
+            and None in live_book.classify(live_book.code_cells(page))]
+
+
+LIVE_PAGES = live_pages()
 
 
 def cell(source: str, cell_id: str = "c") -> dict[str, Any]:
@@ -196,7 +204,11 @@ def trimmed(text: str) -> str:
 
 
 def open_page(context: Any, served: str, path: str) -> Any:
+    """A page of the book in a new tab, its live cells ready; `page.errors` collects the
+    script errors it raises from then on."""
     page = context.new_page()
+    page.errors = []
+    page.on("pageerror", lambda error: page.errors.append(f"{path}: {error}"))
     page.goto(served + path)
     page.wait_for_selector(".live-toolbar")
     return page
@@ -261,6 +273,7 @@ def test_run_all_prints_every_stored_output_again(pages: dict[str, Any], context
             differ.append(f"{cell_id}: {status} {printed[:300]!r} {result['error']}")
     assert not differ, "\n".join(differ)
     assert len(shown) == cells.count() and not context.outside
+    assert not page.errors, "\n".join(page.errors)  # idle, and all through the run
     # A chapter with an exercises notebook offers each of its code questions in the page.
     topic = path.removeprefix("chapters/").removesuffix(".html").split("_", 1)[-1]
     notebook = ROOT / "exercises" / f"{topic}-exercises.ipynb"

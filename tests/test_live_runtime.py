@@ -7,7 +7,7 @@ The browser tests then drive the same runner in Pyodide through the worker's mes
 the book rendered once per run (tests/conftest.py): every model answer of the graded
 fixtures passes its check or its question is marked as checking only in Jupyter, the page
 shows what IPython stored for cells written for these cases, and printed text arrives
-while the cell runs. They skip where Quarto, Chromium or playwright is missing.
+while the cell runs. They belong to the full suite (`python3 dev.py test --full`).
 """
 
 from __future__ import annotations

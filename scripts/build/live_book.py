@@ -70,20 +70,32 @@ WIDGET_TAGS = re.compile(
 # Quarto names the previous/next chapter links by the bare title, while they show "2  Title":
 # an accessible name must contain the visible text (WCAG 2.5.3), so the link's text names it.
 PAGINATION_LABEL = re.compile(r'(<a href="[^"]*" class="pagination-link") aria-label="[^"]*"')
+# Quarto loads this script on every page with a diagram. Once the page has loaded, it reads
+# `svg.querySelector("desc").id` of every SVG in a cell's output, so it throws a TypeError on
+# the first one without a <desc> (a diagram with no Mermaid accessibility description, a
+# figure shown inline) and stops. What it is for, moving the HTML labels of diagrams that
+# have such a description, would misplace a subgraph's title; the book's labels are made to
+# fit their boxes here instead (tidy_labels), so no page loads it.
+DIAGRAM_SHIM = re.compile(
+    r'[ \t]*<script src="[^"]*/quarto-diagram/mermaid-postprocess-shim\.js"></script>[ \t]*\n?')
 
 
 def clean_book(book: Path) -> list[str]:
-    """Remove the widget tags from every page under `book`, and the pagination links' labels
-    that hide their visible text; say which pages lost widget tags."""
+    """Remove the widget tags and the diagram script from every page under `book`, and the
+    pagination links' labels that hide their visible text; say which pages lost scripts."""
     changed = []
     for page in sorted(book.rglob("*.html")):
         cleaned, removed = WIDGET_TAGS.subn("", page.read_text(encoding="utf-8"))
         cleaned, relabeled = PAGINATION_LABEL.subn(r"\1", cleaned)
-        if removed or relabeled:
+        cleaned, unshimmed = DIAGRAM_SHIM.subn("", cleaned)
+        if removed or relabeled or unshimmed:
             page.write_text(cleaned, encoding="utf-8")
         if removed:
             changed.append(f"{page.relative_to(book).as_posix()}: removed {removed} "
                            "require.js/jQuery tags")
+        if unshimmed:
+            changed.append(f"{page.relative_to(book).as_posix()}: removed Quarto's "
+                           "diagram post-processing script")
     return changed
 
 
@@ -107,12 +119,28 @@ def scale_diagram(tag: str) -> str:
                                f'{float(width.group(1)):.0f}px"', 1)
 
 
+# A diagram's HTML label, which Mermaid sizes its box to when it draws it.
+DIAGRAM_LABEL = re.compile(r"<foreignobject\b.*?</foreignobject>", re.DOTALL | re.IGNORECASE)
+BREAK_BY_A_TAG = re.compile(r"(?<=>)\s*\n\s*|\s*\n\s*(?=<)")
+
+
+def tidy_labels(page: str) -> str:
+    """The page with its diagrams' labels on one line each, as Mermaid drew them. Quarto writes
+    a label's tags one a line, and in a label that wraps (`white-space: break-spaces`) those
+    line breaks are drawn as empty lines that push the words out of the box drawn for them."""
+    def tidy(label: re.Match[str]) -> str:
+        return re.sub(r"\s*\n\s*", " ", BREAK_BY_A_TAG.sub("", label.group(0)))
+    return DIAGRAM_LABEL.sub(tidy, page)
+
+
 def scale_diagrams(book: Path) -> list[str]:
-    """Size every drawn diagram of every page under `book`; say which pages changed."""
+    """Size every drawn diagram of every page under `book` and tidy its labels; say which
+    pages changed."""
     changed = []
     for page in sorted(book.rglob("*.html")):
         text = page.read_text(encoding="utf-8")
         scaled, count = DIAGRAM_SVG.subn(lambda found: scale_diagram(found.group(0)), text)
+        scaled = tidy_labels(scaled)
         if scaled != text:
             page.write_text(scaled, encoding="utf-8")
             changed.append(f"{page.relative_to(book).as_posix()}: {count} diagrams "

@@ -116,7 +116,16 @@
       opens_full_size: svg.classList.contains("diagram-open") && svg.tabIndex === 0,
       smallest_px: Infinity, smallest_text: "", lowest_contrast: Infinity,
       box: [box.left + window.scrollX, box.top + window.scrollY, box.width, box.height],
+      cut_off: [],
     };
+    // An HTML label taller than the box the diagram drew for it shows only its first lines.
+    for (const label of svg.querySelectorAll("foreignObject")) {
+      const content = label.firstElementChild;
+      if (content && content.getBoundingClientRect().height >
+          label.getBoundingClientRect().height + 1) {
+        report.cut_off.push(label.textContent.trim().replace(/\s+/g, " ").slice(0, 40));
+      }
+    }
     const walker = document.createTreeWalker(svg, NodeFilter.SHOW_TEXT);
     for (let node = walker.nextNode(); node; node = walker.nextNode()) {
       const parent = node.parentElement;

@@ -8,8 +8,9 @@ playwright, and reports per page: a page wider than the window, and every code b
 span, output or image wider than its column (and how many monospace characters the column
 holds); every diagram's smallest text, at least 12 px as drawn at a 1280 px window and as
 opened full size at any width (a diagram scales to the column, and a tap opens it full
-size); every diagram label's contrast against its fill, at least WCAG's 4.5:1. Exits 1 on
-any problem, 2 when Chromium is missing.
+size); every diagram label's contrast against its fill, at least WCAG's 4.5:1; and every
+diagram label whose text is taller than the box drawn for it, so that its last lines are
+cut off. Exits 1 on any problem, 2 when Chromium is missing.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ class PageReport:
             if shown < MIN_DIAGRAM_TEXT_PX:
                 found.append(f"{where}: diagram {diagram['id']} has text of {shown:.1f} px "
                              f"(\"{diagram['smallest_text']}\")")
+            found += [f"{where}: diagram {diagram['id']} cuts off its label \"{text}\""
+                      for text in diagram["cut_off"]]
             if diagram["scale"] < 0.99 and not diagram["opens_full_size"]:
                 found.append(f"{where}: diagram {diagram['id']} is drawn at "
                              f"{diagram['scale']:.0%} and no tap opens it full size")
