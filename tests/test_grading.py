@@ -641,8 +641,7 @@ def test_a_class_with_hangs_tampering_leaks_a_typo_a_corrupt_file_and_a_dead_ker
     for name, question in HANGS.items():
         assert rows[name]["status"] == HANG_STATUS.format(question), name
     reads = rows["hostile-reads-the-hidden-tests"]
-    assert "[hidden test text]" in reads["status"] and "AssertionError" in (
-        tmp_path / "out/feedback/hostile-reads-the-hidden-tests.txt").read_text()
+    assert "[hidden test text]" in reads["status"]
     runner = rows["hostile-replaces-the-test-runner"]["status"]
     assert all(part in runner for part in ("otter's test files (run)", "(setitimer)")), runner
     assert "the result writer (dump)" in rows["hostile-forges-the-results"]["status"]
@@ -806,6 +805,9 @@ def check_gradescope_results(built: Built, assignment: str, name: str,
         elif name in HANGS:
             output = questions[HANGS[name]]["output"]
             assert f"did not finish within {TEST_SECONDS} s" in output, name
+        elif name == "hostile-reads-the-hidden-tests":  # its function failed a hidden test
+            output = questions["anatomy_q5a"]["output"]
+            assert "AssertionError: " in output and "[hidden test text]" in output, output
         return
     # Each question's entry holds its hidden tests' results: students see it once published.
     assert {q: test["max_score"] for q, test in questions.items()} == maximum

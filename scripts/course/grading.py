@@ -20,6 +20,7 @@ import contextlib
 import csv
 import dataclasses
 import html
+import math
 import multiprocessing
 import os
 import re
@@ -446,13 +447,15 @@ def grade_in_pool(submissions: list[Path], autograder: Path, workers: int,
         while pending or any(worker.job for worker in pool):
             for worker in pool:
                 if worker.job is None and pending:
-                    worker.job, worker.deadline = pending.pop(0), time.monotonic() + deadline
+                    # The deadline starts when the worker starts on it (see take_news).
+                    worker.job, worker.deadline = pending.pop(0), math.inf
                     worker.groups, worker.marks, worker.where = set(), [], "its first cell"
                     worker.connection.send((worker.job, autograder, timeout, test_timeout))
             busy = [worker for worker in pool if worker.job is not None]
+            first = min(worker.deadline for worker in busy)
             wait([worker.connection for worker in busy] +
                  [worker.process.sentinel for worker in busy],
-                 timeout=max(0.0, min(worker.deadline for worker in busy) - time.monotonic()))
+                 timeout=None if first == math.inf else max(0.0, first - time.monotonic()))
             for index, worker in enumerate(pool):
                 row = take_news(worker, deadline)
                 if row is not None and worker.job is not None:

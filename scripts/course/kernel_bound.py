@@ -161,7 +161,10 @@ class Watch:
         DeadKernelError, which the caller meets with ``stopped`` set."""
         self.stopped = Stopped(cell, seconds, test)
         with contextlib.suppress(Exception):
-            await manager.signal_kernel(signal.SIGKILL)
+            if hasattr(signal, "SIGKILL"):  # the whole process group (jupyter_client)
+                await manager.signal_kernel(signal.SIGKILL)
+            else:  # Windows: no groups, no SIGKILL; jupyter_client ends the kernel its way
+                await manager.shutdown_kernel(now=True)
         end_groups(self.groups)
 
 
@@ -224,6 +227,8 @@ def bounded_execution(watch: Watch,
 
 def end_groups(groups: set[int]) -> None:
     """Kill every process left in these process groups (a kernel's, and what it forked)."""
+    if not hasattr(os, "killpg"):  # Windows: jupyter_client ends each kernel itself
+        return
     for group in groups:
         with contextlib.suppress(OSError):
             os.killpg(group, signal.SIGKILL)
