@@ -498,10 +498,9 @@ def take_news(worker: Worker, deadline: float) -> Graded | None:
                               f"{worker.where}; grade it again"))
     if time.monotonic() > worker.deadline:
         stop_worker(worker)
-        return Graded({}, cut(f"not graded: grading took longer than {deadline:g} s, the limit "
-                              f"for one submission, and was stopped while running "
-                              f"{worker.where}; no question was graded: grade it by hand, or "
-                              "again with a larger --submission-timeout"), seconds=deadline)
+        return Graded({}, cut(f"not graded: stopped at {deadline:g} s, the limit for one "
+                              f"submission (--submission-timeout), while running {worker.where}; "
+                              "no question was graded"), seconds=deadline)
     return None
 
 

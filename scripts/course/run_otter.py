@@ -62,7 +62,7 @@ MAX_STOPS = 4  # cells or tests stopped, or kernel deaths, before a submission i
 
 @dataclass(frozen=True)
 class Settings:
-    """What the zip's build decided: the limits, the starter cells, the time limit's code."""
+    """What the zip's build decided: the limits, and the starter notebook's code cells."""
 
     limits: Limits = Limits(CELL_SECONDS, TEST_SECONDS)
     starter: frozenset[str] = frozenset()  # digests of the code cells as handed out
