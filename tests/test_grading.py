@@ -570,7 +570,7 @@ def test_a_class_with_hangs_tampering_leaks_a_typo_a_corrupt_file_and_a_dead_ker
     for name in ("correct", LOOPING, *HOSTILE):
         shutil.copy(fixture(name), folder)
     (folder / "loops.ipynb").write_text(small_submission(
-        q7b, 'grader.check("anatomy_q7b")', "while True:\n    pass",
+        q7b, 'grader.check("anatomy_q7b")', "import time\n\nwhile True:\n    time.sleep(1)",
         'grader.check("anatomy_q5a")', "x = (", 'grader.check("anatomy_q4c")'))
     # Killed in one cell, after an answer that keeps its points (killed too often: below).
     (folder / "dies.ipynb").write_text(small_submission(
