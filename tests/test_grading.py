@@ -74,19 +74,18 @@ PUBLIC_TESTS = REPO_ROOT / "exercises" / "tests"
 FIXTURES = REPO_ROOT / FIXTURES_DIR
 # Every assignment, one per chapter with exercises: anatomy-exercises.ipynb is "anatomy".
 ASSIGNMENTS = ("anatomy", "durable", "untrusted")
-# Wrong answers that break grading itself: a function that never returns when a test calls it,
-# and a cell that kills the kernel. Graded by the class command and on Gradescope's layout,
-# never in this process.
+# Wrong answers that break grading itself: a function that never returns when a test calls it
+# (graded by the class command), and a cell that kills the kernel (by the class command and on
+# Gradescope's layout); never in this process.
 LOOPING, DYING = "wrong-q5a-never-returns", "wrong-q4c-exits-the-kernel"
 KERNEL_ONLY = {LOOPING, DYING}
 HOSTILE = {f"hostile-{hostile.slug}": hostile for hostile in HOSTILE_ANSWERS}
 # The hostile fixtures whose function hangs when a hidden test calls it, and the question.
-HANGS = {f"hostile-{slug}": question for slug, question in (
-    ("c-call-never-returns", "anatomy_q5a"), ("ignores-signals", "anatomy_q5a"),
-    ("swallows-everything", "anatomy_q5a"), ("cancels-the-timer", "anatomy_q6a"))}
+HANGS = {f"hostile-{slug}": "anatomy_q5a" for slug in (
+    "c-call-never-returns", "ignores-signals", "swallows-everything")}
 # The limits the class and Gradescope's layout grade with here: short, so that the hangs cost
 # little time; an interrupted kernel gets a second (AGENTBOOK_GRACE_SECONDS) before it is killed.
-CELL_SECONDS, TEST_SECONDS, GRACE_SECONDS = 4, 2, "1"
+CELL_SECONDS, TEST_SECONDS, GRACE_SECONDS = 6, 1, "1"
 # What the hostile fixtures start, found by what they carry: the environment every process of
 # the grading inherits (SENTINEL, set here), or the command line of the one that leaves it.
 SENTINEL = "AGENTBOOK_TEST_SENTINEL"
@@ -642,9 +641,9 @@ def test_a_class_with_hangs_tampering_leaks_a_typo_a_corrupt_file_and_a_dead_ker
         assert rows[name]["status"] == HANG_STATUS.format(question), name
     reads = rows["hostile-reads-the-hidden-tests"]
     assert "[hidden test text]" in reads["status"]
-    runner = rows["hostile-replaces-the-test-runner"]["status"]
-    assert all(part in runner for part in ("otter's test files (run)", "(setitimer)")), runner
-    assert "the result writer (dump)" in rows["hostile-forges-the-results"]["status"]
+    forged = rows["hostile-forges-the-results"]["status"]
+    assert all(part in forged for part in ("otter's test files (run)", "the time limit "
+                                           "(setitimer)", "the result writer (dump)")), forged
     assert not rows[LOOPING]["review"] and rows["hostile-leaves-processes-behind"]["review"]
     # The quicker grading in this process, which the wrong answers get, grades as the kernel.
     quick = grade_in_process(fixture("hostile-reads-the-hidden-tests"), built[1],
@@ -759,9 +758,9 @@ def gradescope_layout(archive: Path, submission: Path, folder: Path) -> Path:
 # Each batch runs in one process, as Gradescope runs one; the batches spread over the test
 # workers.
 GRADESCOPE_BATCHES = {
-    "ordinary": [("durable", "correct"), ("anatomy", LOOPING), ("anatomy", DYING)],
     "hangs": [("anatomy", name) for name in HANGS],
-    "fooling": [("anatomy", name) for name in HOSTILE if name not in HANGS],
+    "others": [("durable", "correct"), ("anatomy", DYING),
+               *(("anatomy", name) for name in HOSTILE if name not in HANGS)],
 }
 
 
@@ -813,11 +812,7 @@ def check_gradescope_results(built: Built, assignment: str, name: str,
     assert {q: test["max_score"] for q, test in questions.items()} == maximum
     assert {test["visibility"] for test in questions.values()} == {"after_published"}
     assert entries["Public Tests"]["visibility"] == "visible"
-    lost = {"correct": "nothing", LOOPING: "anatomy_q5a", DYING: "anatomy_q4c"}[name]
-    earned(name, scores, lost, assignment)
-    if name == LOOPING:
-        assert (f"anatomy_q5a: calling receipt_liar() did not finish within {TEST_SECONDS} s"
-                in questions["anatomy_q5a"]["output"])
+    earned(name, scores, {"correct": "nothing", DYING: "anatomy_q4c"}[name], assignment)
     if name == DYING:
         assert entries["Autograder"]["visibility"] == "visible"
         assert entries["Autograder"]["output"].startswith("cell q4c-code: the kernel died there")
@@ -964,8 +959,8 @@ def test_text_from_a_hidden_test_is_redacted_and_public_text_is_not(built: Built
 
 def test_only_submissions_that_reach_into_the_grader_are_flagged() -> None:
     # Every fixture a student could hand in by mistake scans clean, in every assignment; each
-    # hostile one that reaches into the grader is flagged, with the cell and the reason. Two
-    # hang in plain Python and reach nothing: the limits, not the scan, deal with those.
+    # hostile one that reaches into the grader is flagged, with the cell and the reason. One
+    # hangs in plain Python and reaches nothing: the limits, not the scan, deal with that.
     flagged = {}
     for assignment in ASSIGNMENTS:
         student = nbformat.read(REPO_ROOT / "exercises" / f"{assignment}-exercises.ipynb",
@@ -976,8 +971,8 @@ def test_only_submissions_that_reach_into_the_grader_are_flagged() -> None:
             flagged[f"{assignment}/{path.stem}"] = integrity.scan(
                 nbformat.read(path, as_version=4), starter)
     assert {name for name, found in flagged.items() if found} == {
-        f"anatomy/{name}" for name in (DYING, *HOSTILE) if name not in (
-            "hostile-c-call-never-returns", "hostile-swallows-everything")}, flagged
+        f"anatomy/{name}" for name in (DYING, *HOSTILE) if name != "hostile-swallows-everything"
+    }, flagged
     assert "cell q1b-code imports otter, the grader" in flagged[
         "anatomy/hostile-replaces-the-test-call"]
     assert "cell q4c-code starts, signals or ends processes" in flagged[f"anatomy/{DYING}"]
