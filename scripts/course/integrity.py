@@ -8,8 +8,8 @@ below says where it runs:
 - In the grading process, outside the kernel: ``scan`` reads the submission's source before it
   runs and lists what reaches into the grader (importing otter, replacing signal handlers,
   editing ``sys.modules``, walking ``gc`` and the like); such a submission is flagged for an
-  instructor's review. ``check_results`` reads the results back with an unpickler that makes
-  only otter's result classes, and compares them with the tests the grader holds.
+  instructor's review. ``SafePickle`` reads the results back making only otter's result
+  classes, and ``shape_changes`` compares them with the tests the grader holds.
 - In the kernel, as a message: a cell the grader adds before any of the submission's code
   installs the time limit and remembers the runner (otter's test call, the limit, the result
   writer) as installed; every test file asks it, right before its tests run, whether any of
@@ -32,9 +32,9 @@ import inspect
 import io
 import pickle
 import re
-import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from secrets import token_hex
 from typing import Any
 
 HIDDEN_TEXT = "[hidden test text]"
@@ -149,17 +149,17 @@ OTTER_FAILURE = re.compile(r"^❌ Test case failed\nError at line (\d+) in test 
                            r"([^\n]*)\n([\w.]+): ?(.*)\Z", re.S)
 
 
-def test_message(message: str, hidden: bool, secrets_: Secrets) -> str:
+def test_message(message: str, hidden: bool, known: Secrets) -> str:
     """A failed test's message, cleaned: a public test keeps the line otter quotes (students
     have the public tests); every error is cut to its type and first line and redacted."""
     if not message.startswith(FAILED):
         return message
     found = OTTER_FAILURE.match(message)
     if found is None:
-        rest = secrets_.redact(message[len(FAILED):]).strip()
+        rest = known.redact(message[len(FAILED):]).strip()
         return f"{FAILED}\n{cut(rest.splitlines()[0])}" if rest else FAILED
     line, test, quoted, kind, value = found.groups()
-    error = secrets_.error(kind, value)
+    error = known.error(kind, value)
     if hidden:
         return f"{FAILED}\n{error}"
     return f"{FAILED}\nError at line {line} in test {test}:\n{quoted}\n{error}"
@@ -359,7 +359,8 @@ def guard_cells(limit_code: str, word: str) -> tuple[str, str]:
 
 
 def new_word() -> str:
-    return secrets.token_hex(8)
+    """A word only the grading process knows until its last cell runs: the guard's report."""
+    return token_hex(8)
 
 
 def verdict(notebook: Any, word: str) -> str | None:
