@@ -574,6 +574,11 @@ def test_a_class_with_hangs_tampering_leaks_a_typo_a_corrupt_file_and_a_dead_ker
     # Killed in one cell, after an answer that keeps its points (killed too often: below).
     (folder / "dies.ipynb").write_text(small_submission(
         q7b, 'grader.check("anatomy_q7b")', "import os\nos._exit(1)"))
+    # A cell that ignores the interrupt its limit sends: its kernel is killed.
+    (folder / "deaf.ipynb").write_text(small_submission(
+        q7b, 'grader.check("anatomy_q7b")',
+        "import signal\nimport time\n\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "time.sleep(10**6)", 'grader.check("anatomy_q5a")'))
     (folder / "page.ipynb").write_text("<!DOCTYPE html><html><body>Not found</body></html>")
     written = tmp_path / "written.csv"
     written.write_text("student,written\ncorrect,12.5\n")
@@ -591,8 +596,8 @@ def test_a_class_with_hangs_tampering_leaks_a_typo_a_corrupt_file_and_a_dead_ker
     assert not PAYLOAD_RAN.exists(), "the grader loaded a pickle that ran a command"
     rows = {row["student"]: row for row in csv.DictReader(
         (tmp_path / "out/grades.csv").open(encoding="utf-8"))}
-    assert list(rows) == ["points possible", "correct", "dies", *sorted(HOSTILE), "loops",
-                          "page", LOOPING]
+    assert list(rows) == ["points possible", "correct", "deaf", "dies", *sorted(HOSTILE),
+                          "loops", "page", LOOPING]
     maximum = autograded_points()
     assert all(points > 0 for points in maximum.values())
     scores = {question: f"{points:.2f}" for question, points in maximum.items()}
@@ -609,6 +614,10 @@ def test_a_class_with_hangs_tampering_leaks_a_typo_a_corrupt_file_and_a_dead_ker
     assert re.match(r"cell \w+: the kernel died there; graded again with that cell raising "
                     "an error", rows["dies"]["status"]), rows["dies"]["status"]
     assert rows["dies"]["anatomy_q7b"] == "2.00"
+    assert re.match(rf"cell \w+: ran past its {CELL_SECONDS} s limit and ignored the interrupt; "
+                    "graded again with that cell raising an error", rows["deaf"]["status"]), (
+        rows["deaf"]["status"])
+    assert (rows["deaf"]["anatomy_q7b"], rows["deaf"]["anatomy_q5a"]) == ("2.00", "0.00")
     # The function that never returns costs its own question only, and says where it hung.
     earned(LOOPING, {q: float(rows[LOOPING][q]) for q in maximum}, "anatomy_q5a")
     assert rows[LOOPING]["status"] == (
