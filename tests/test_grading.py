@@ -1,24 +1,31 @@
 """Grading the exercises as an instructor does, on submissions kept as fixtures.
 
-The autograder zips are built with ``otter assign`` once per run, and every fixture
-submission is graded with it by a test of its own, as ``otter run`` grades: the correct
-solution scores full marks on every public and hidden test (the proof that every reference
-solution passes its own tests, so the build skips otter's own run of them), the unanswered
-notebook scores nothing, and each plausible wrong answer loses points on its own question, is
-caught by a public test there, and loses nothing anywhere else.
+The autograder zips are built with ``otter assign`` once per run. The correct solutions, a
+class of broken and hostile submissions, and Gradescope's layout are graded as otter grades
+them, each submission in a kernel of its own: the correct solution scores full marks on every
+public and hidden test (the proof that every reference solution passes its own tests, so the
+build skips otter's own run of them), every hang costs only its own question within the
+limits, no process outlives the grading, a submission that changes the grader is not scored
+and is flagged, and no line of a hidden test reaches a student. The plausible wrong answers
+and the unanswered notebooks are graded in this process, through otter's own test runner
+(``grade_in_process``), which is quicker: each loses points on its own question, is caught
+by a public test there, and loses nothing anywhere else.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import csv
 import importlib.metadata
 import json
 import os
+import pickle
 import re
 import shutil
 import subprocess
 import sys
+import uuid
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -27,9 +34,18 @@ import nbformat
 import pytest
 import yaml
 
-from scripts.course.exercises import build, committed_files, diff, unpack_tests
+from scripts.course import integrity, kernel_bound
+from scripts.course.exercises import (
+    ZipLimits,
+    build,
+    committed_files,
+    diff,
+    pack_autograder,
+    unpack_tests,
+)
 from scripts.course.grading import (
     FIXTURES_DIR,
+    HOSTILE_ANSWERS,
     WRONG_ANSWERS,
     Graded,
     GradingError,
@@ -37,7 +53,9 @@ from scripts.course.grading import (
     committed_fixtures,
     fixture_files,
     fixtures_folder,
+    grade_in_pool,
     grade_one,
+    graded_from,
     model_answers,
     question_points,
     read_otter_grades,
@@ -46,6 +64,7 @@ from scripts.course.grading import (
     write_scores,
 )
 from scripts.course.grading import main as grading_main
+from scripts.course.run_otter import SETTINGS_FILE, Settings, clean_messages
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SOURCE = REPO_ROOT / "exercises" / "source" / "anatomy-exercises.ipynb"
@@ -54,11 +73,23 @@ PUBLIC_TESTS = REPO_ROOT / "exercises" / "tests"
 FIXTURES = REPO_ROOT / FIXTURES_DIR
 # Every assignment, one per chapter with exercises: anatomy-exercises.ipynb is "anatomy".
 ASSIGNMENTS = ("anatomy", "durable", "untrusted")
-# Submissions that break grading itself: a function that never returns when a test calls it,
-# and a cell that kills the kernel. Graded by the class command and on Gradescope's layout.
+# Wrong answers that break grading itself: a function that never returns when a test calls it
+# (graded by the class command), and a cell that kills the kernel (by the class command and on
+# Gradescope's layout); never in this process.
 LOOPING, DYING = "wrong-q5a-never-returns", "wrong-q4c-exits-the-kernel"
-# Fixtures graded only on Gradescope's layout (below), each graded once in the whole suite.
-ON_GRADESCOPE_ONLY = {LOOPING, DYING, "wrong-q1b-no-turn-budget"}
+KERNEL_ONLY = {LOOPING, DYING}
+HOSTILE = {f"hostile-{hostile.slug}": hostile for hostile in HOSTILE_ANSWERS}
+# The hostile fixtures whose function hangs when a hidden test calls it, and the question.
+HANGS = {f"hostile-{slug}": "anatomy_q5a" for slug in (
+    "c-call-never-returns", "ignores-signals", "swallows-everything")}
+# The limits the class and Gradescope's layout grade with here: short, so that the hangs cost
+# little time; an interrupted kernel gets a second (AGENTBOOK_GRACE_SECONDS) before it is killed.
+CELL_SECONDS, TEST_SECONDS, GRACE_SECONDS = 6, 1, "1"
+# What the hostile fixtures start, found by what they carry: the environment every process of
+# the grading inherits (SENTINEL, set here), or the command line of the one that leaves it.
+SENTINEL = "AGENTBOOK_TEST_SENTINEL"
+ESCAPED = b"sleep\x0086123\x00"
+PAYLOAD_RAN = Path("/tmp/agentbook-hostile-payload-ran")  # what forges-the-results tries to make
 # The student files, Chapter 1's autograder zip, and every assignment's zip by name.
 Built = tuple[dict[str, str], Path, dict[str, Path]]
 
@@ -94,14 +125,115 @@ def built(made_once: Any) -> Built:
     return files, archives["anatomy"], archives
 
 
-def grade(name: str, built: Built,
-          assignment: str = "anatomy") -> dict[str, Score]:
-    """One fixture submission graded against its autograder zip, as ``otter run`` grades it.
+def fixture(name: str, assignment: str = "anatomy") -> Path:
+    return REPO_ROOT / fixtures_folder(assignment) / f"{name}.ipynb"
 
-    Each submission is graded by its own test, so the test workers share the grading out.
-    """
-    return grade_one(REPO_ROOT / fixtures_folder(assignment) / f"{name}.ipynb",
-                     built[2][assignment]).scores
+
+def zip_tests(archive: Path) -> dict[str, str]:
+    """The test files in an autograder zip, hidden tests included: path -> text."""
+    with zipfile.ZipFile(archive) as opened:
+        return {name: opened.read(name).decode("utf-8") for name in opened.namelist()
+                if name.startswith("tests/") and name.endswith(".py")}
+
+
+def grade_in_process(path: Path, archive: Path, folder: Path) -> Graded:
+    """A submission graded as otter grades it, but in this process and without a kernel:
+    each code cell runs in one namespace, in order, with otter in grading mode, so that each
+    ``grader.check`` runs that question's tests (hidden ones included) by otter's own
+    Checker where the notebook calls it; then every test not yet run, as otter's last cell
+    does. Only for the fixtures that mean no harm: the kernel path is ``grade_one``."""
+    from otter.check.notebook import Notebook
+    from otter.execute import Checker
+    from otter.test_files import GradingResults
+
+    tests = zip_tests(archive)
+    (folder / "tests").mkdir(parents=True)
+    for name, text in tests.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    notebook = nbformat.read(path, as_version=4)
+    environment: dict[str, Any] = {"__name__": "__main__"}
+    cwd = os.getcwd()
+    os.chdir(folder)
+    Notebook.init_grading_mode(str(folder / "tests"))
+    try:
+        for cell in notebook.cells:
+            if cell.cell_type == "code":
+                try:
+                    exec(compile(cell.source, f"<cell {cell.id}>", "exec"), environment)
+                except Exception as error:  # as the kernel reports it, in the cell's outputs
+                    cell.outputs = [nbformat.v4.new_output(
+                        "error", ename=type(error).__name__, evalue=str(error), traceback=[])]
+        for test in sorted(tests):
+            Checker.check_if_not_already_checked(str(folder / test), environment)
+        results = GradingResults(Checker.get_results())
+    finally:
+        os.chdir(cwd)
+        Notebook._grading_mode, Notebook._tests_dir_override = False, None
+        Checker.disable_tracking()
+        Checker.clear_results()
+        if "matplotlib.pyplot" in sys.modules:
+            sys.modules["matplotlib.pyplot"].close("all")
+    results.notebook = notebook
+    secrets = integrity.Secrets.of(tests.values())
+    clean_messages(results, secrets)
+    return graded_from(results, secrets)
+
+
+def hidden_lines(archive: Path) -> set[str]:
+    """Every line of a hidden test long enough to mean something that no public test has too,
+    from the zip."""
+    hidden, public = set(), set()
+    for text in zip_tests(archive).values():
+        source = text.splitlines()
+        spans = [range(node.lineno, (node.end_lineno or node.lineno) + 1)
+                 for node in integrity.hidden_tests(text)]
+        for number, line in enumerate(source, 1):
+            (hidden if any(number in span for span in spans) else public).add(line.strip())
+    return {line for line in hidden - public if len(line) >= 20}
+
+
+def leaked(text: str, archive: Path) -> list[str]:
+    """The hidden tests' lines and runs of words that ``text`` holds: none may."""
+    secrets = integrity.Secrets.of(zip_tests(archive).values())
+    return ([line for line in hidden_lines(archive) if line in text]
+            + [" ".join(window) for window in integrity.windows(text)
+               if window in secrets.windows])
+
+
+def left_running(sentinel: str) -> list[str]:
+    """The processes still running that a grading started: they carry ``sentinel`` in their
+    environment, or are the one that left it behind (leaves-processes-behind)."""
+    found = []
+    for pid, _ in kernel_bound.processes():
+        try:
+            environment = Path(f"/proc/{pid}/environ").read_bytes()
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if pid == os.getpid() or b"multiprocessing.resource_tracker" in command:
+            continue  # this process, and the helper of its pool that ends with it
+        if f"{SENTINEL}={sentinel}".encode() in environment.split(b"\0") or command == ESCAPED:
+            found.append(f"{pid}: {command[:80]!r}")
+    return found
+
+
+def grader_flags(review: str) -> list[str]:
+    """The flags of a review column that the grader's own checks raised (integrity.py), not
+    the similarity of written answers (similarity.py: "like ...")."""
+    return [flag for flag in review.split("; ") if flag and not flag.startswith("like ")]
+
+
+def earned(name: str, scores: dict[str, float], costs: str, assignment: str = "anatomy") -> None:
+    """A submission's points, as a hostile fixture's `costs` says: every question but the
+    one it costs keeps full marks; `everything` means nothing at all."""
+    maximum = autograded_points(assignment)
+    if costs == "everything":
+        assert sum(scores.values()) == 0, (name, scores)
+        return
+    kept = {q: p for q, p in maximum.items() if q != costs}
+    assert {q: scores.get(q, 0.0) for q in kept} == kept, (name, scores)
+    if costs != "nothing":
+        assert scores.get(costs, 0.0) < maximum[costs], (name, scores)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -159,7 +291,7 @@ def test_solution_markers_are_removed_from_a_correct_answer() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# The grading table
+# The grading table: the correct solutions in a kernel, the rest through otter's test runner
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS[2:])
@@ -167,17 +299,17 @@ def test_a_later_assignments_correct_submission_scores_full_marks(
         built: Built, assignment: str) -> None:
     # Chapter 1's correct submission is graded through the class command, with a class of
     # broken ones, and Chapter 2's on Gradescope's layout, below.
-    scores = grade("correct", built, assignment)
+    scores = grade_one(fixture("correct", assignment), built[2][assignment]).scores
     assert {question: score.points for question, score in scores.items()} == (
         autograded_points(assignment))
     assert all(score.public_passed for score in scores.values())
 
 
-@pytest.mark.parametrize("assignment", ASSIGNMENTS[1:])
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_the_unanswered_notebook_scores_nothing_and_says_so(
-        built: Built, assignment: str) -> None:
-    # Chapter 1's is graded on Gradescope's layout, below.
-    unanswered = grade("unanswered", built, assignment)
+        built: Built, assignment: str, tmp_path: Path) -> None:
+    unanswered = grade_in_process(fixture("unanswered", assignment), built[2][assignment],
+                                  tmp_path).scores
     assert {question: score.points for question, score in unanswered.items()} == dict.fromkeys(
         autograded_points(assignment), 0.0)
     for question, score in unanswered.items():
@@ -189,12 +321,13 @@ def test_the_unanswered_notebook_scores_nothing_and_says_so(
 
 
 @pytest.mark.parametrize("wrong", [wrong for wrong in WRONG_ANSWERS
-                                   if wrong_answer_name(wrong) not in ON_GRADESCOPE_ONLY],
+                                   if wrong_answer_name(wrong) not in KERNEL_ONLY],
                          ids=wrong_answer_name)
 def test_a_wrong_answer_loses_points_on_its_own_question_and_no_other(
-        built: Built, wrong: Any) -> None:
+        built: Built, wrong: Any, tmp_path: Path) -> None:
     assignment = assignment_of(wrong.question)
-    scores = grade(wrong_answer_name(wrong), built, assignment)
+    scores = grade_in_process(fixture(wrong_answer_name(wrong), assignment),
+                              built[2][assignment], tmp_path).scores
     maximum = autograded_points(assignment)
     own = scores[wrong.question]
     assert own.points < maximum[wrong.question], "the hidden tests missed it too"
@@ -278,13 +411,16 @@ def test_class_grading_in_containers_calls_otter_grade_once_per_kind_of_file(
 def test_scores_are_written_one_row_per_submission(tmp_path: Path) -> None:
     path = tmp_path / "grades.csv"
     write_scores(path, {"ana": Graded({"q2": Score(1.0, True, ()), "q1": Score(2 / 3, False, ())}),
-                        "bo": Graded({}, "unreadable: not JSON")},
-                 {"q1": 1.0, "q2": 1.0}, 3.0, {"ana": 2.5}, {"bo": ["like the model answer"]})
+                        "bo": Graded({}, "unreadable: not JSON"),
+                        "cy": Graded({}, "not scored: x")},
+                 {"q1": 1.0, "q2": 1.0}, 3.0, {"ana": 2.5},
+                 {"bo": ["like the model answer"], "cy": ["cell a imports otter", "b"]})
     # The total stays blank until the written answers are marked.
     assert path.read_text().splitlines() == [
         "student,q1,q2,autograded,written,total,status,review",
         "points possible,1.00,1.00,2.00,3.00,5.00,,", "ana,0.67,1.00,1.67,2.50,4.17,ok,",
-        "bo,0.00,0.00,0.00,,,unreadable: not JSON,like the model answer"]
+        "bo,0.00,0.00,0.00,,,unreadable: not JSON,like the model answer",
+        "cy,0.00,0.00,0.00,,,not scored: x,cell a imports otter; b"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -423,7 +559,7 @@ def test_the_class_page_puts_every_written_answer_under_its_question() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# A real class: one bad file never costs the others
+# A real class: one bad or hostile file never costs the others
 
 
 def small_submission(*sources: str) -> str:
@@ -432,36 +568,52 @@ def small_submission(*sources: str) -> str:
         cells=[nbformat.v4.new_code_cell(source) for source in sources]))
 
 
-def test_a_class_with_a_hang_a_typo_a_corrupt_file_and_a_dead_kernel_is_graded(
-        built: Built, tmp_path: Path) -> None:
-    # The correct fixture beside short broken notebooks, which keep this cheap: a kernel each,
-    # and every question's tests run once. Full marks for the correct one mean every public and
-    # hidden test passed on the reference solutions, which `otter assign` would otherwise check.
+HANG_STATUS = ("{}: a hidden test did not finish within " f"{TEST_SECONDS} s, even when "
+               "interrupted, so grading stopped it")
+
+
+def test_a_class_with_hangs_tampering_leaks_a_typo_a_corrupt_file_and_a_dead_kernel_is_graded(
+        built: Built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The correct fixture and every hostile one beside short broken notebooks, which keep this
+    # cheap: a kernel each. Full marks for the correct one mean every public and hidden test
+    # passed on the reference solutions, which `otter assign` would otherwise check.
     q7b = ("from typing import Any\nfrom collections.abc import Mapping\n"
            "from agentbook import AUTO_REFUND_LIMIT_CENTS, Gate, ToolCall\n"
            + solution_code(code_cell(SOURCE, "q7b-code")))
     folder = tmp_path / "class"
     folder.mkdir()
-    for fixture in ("correct", LOOPING):
-        shutil.copy(FIXTURES / f"{fixture}.ipynb", folder)
+    for name in ("correct", LOOPING, *HOSTILE):
+        shutil.copy(fixture(name), folder)
     (folder / "loops.ipynb").write_text(small_submission(
-        q7b, 'grader.check("anatomy_q7b")', "while True:\n    pass",
+        q7b, 'grader.check("anatomy_q7b")', "import time\n\nwhile True:\n    time.sleep(1)",
         'grader.check("anatomy_q5a")', "x = (", 'grader.check("anatomy_q4c")'))
-    # Killed in one cell, after an answer that keeps its points (killed twice: further below).
+    # Killed in one cell, after an answer that keeps its points (killed too often: below).
     (folder / "dies.ipynb").write_text(small_submission(
         q7b, 'grader.check("anatomy_q7b")', "import os\nos._exit(1)"))
+    # A cell that ignores the interrupt its limit sends: its kernel is killed.
+    (folder / "deaf.ipynb").write_text(small_submission(
+        q7b, 'grader.check("anatomy_q7b")',
+        "import signal\nimport time\n\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "time.sleep(10**6)", 'grader.check("anatomy_q5a")'))
     (folder / "page.ipynb").write_text("<!DOCTYPE html><html><body>Not found</body></html>")
     written = tmp_path / "written.csv"
     written.write_text("student,written\ncorrect,12.5\n")
+    sentinel = uuid.uuid4().hex
+    monkeypatch.setenv(SENTINEL, sentinel)  # the workers, their kernels and what they start
+    monkeypatch.setenv("AGENTBOOK_GRACE_SECONDS", GRACE_SECONDS)
+    PAYLOAD_RAN.unlink(missing_ok=True)
     status = grading_main(["class", str(folder), "-o", str(tmp_path / "out"), "--timeout",
-                           "3", "--test-timeout", "1", "--autograder", str(built[1]),
-                           "--workers", "2",
+                           str(CELL_SECONDS), "--test-timeout", str(TEST_SECONDS),
+                           "--autograder", str(built[1]), "--workers", "2",
                            "--engine", "process", "--written", str(written),
                            "--assignment", "anatomy-exercises"])
     assert status == 1  # the summary names the files with problems
+    assert not left_running(sentinel), "grading left processes running"
+    assert not PAYLOAD_RAN.exists(), "the grader loaded a pickle that ran a command"
     rows = {row["student"]: row for row in csv.DictReader(
         (tmp_path / "out/grades.csv").open(encoding="utf-8"))}
-    assert list(rows) == ["points possible", "correct", "dies", "loops", "page", LOOPING]
+    assert list(rows) == ["points possible", "correct", "deaf", "dies", *sorted(HOSTILE),
+                          "loops", "page", LOOPING]
     maximum = autograded_points()
     assert all(points > 0 for points in maximum.values())
     scores = {question: f"{points:.2f}" for question, points in maximum.items()}
@@ -473,6 +625,11 @@ def test_a_class_with_a_hang_a_typo_a_corrupt_file_and_a_dead_kernel_is_graded(
                                "autograded": f"{sum(maximum.values()):.2f}", "written": "12.50",
                                "total": f"{sum(maximum.values()) + 12.5:.2f}", "status": "ok",
                                "review": rows["correct"]["review"]}
+    # Its written answers are the model answers, as are its classmates': flagged for that
+    # alone (similarity.py), never for its code.
+    assert rows["correct"]["review"].startswith("like the model answer in every written "
+                                                "question (100%)")
+    assert not grader_flags(rows["correct"]["review"])
     assert (rows["loops"]["anatomy_q7b"], rows["loops"]["anatomy_q5a"]) == ("2.00", "0.00")
     assert rows["loops"]["status"].startswith("anatomy_q5a: cell")
     assert "time limit" in rows["loops"]["status"]
@@ -480,19 +637,18 @@ def test_a_class_with_a_hang_a_typo_a_corrupt_file_and_a_dead_kernel_is_graded(
     assert re.match(r"cell \w+: the kernel died there; graded again with that cell raising "
                     "an error", rows["dies"]["status"]), rows["dies"]["status"]
     assert rows["dies"]["anatomy_q7b"] == "2.00"
+    assert re.match(rf"cell \w+: ran past its {CELL_SECONDS} s limit and ignored the interrupt; "
+                    "graded again with that cell raising an error", rows["deaf"]["status"]), (
+        rows["deaf"]["status"])
+    assert (rows["deaf"]["anatomy_q7b"], rows["deaf"]["anatomy_q5a"]) == ("2.00", "0.00")
     # The function that never returns costs its own question only, and says where it hung.
-    earned = {q: float(rows[LOOPING][q]) for q in maximum}
-    assert earned["anatomy_q5a"] < maximum["anatomy_q5a"]
-    assert {q: p for q, p in earned.items() if q != "anatomy_q5a"} == {
-        q: p for q, p in maximum.items() if q != "anatomy_q5a"}
+    earned(LOOPING, {q: float(rows[LOOPING][q]) for q in maximum}, "anatomy_q5a")
     assert rows[LOOPING]["status"] == (
-        "anatomy_q5a: calling receipt_liar() did not finish within 1 s "
+        f"anatomy_q5a: calling receipt_liar() did not finish within {TEST_SECONDS} s "
         "(test test_q5a_every_call_returns_a_fresh_model); anatomy_q5a: calling receipt_liar() "
-        "did not finish within 1 s (test test_q5a_fresh_copies)")
+        f"did not finish within {TEST_SECONDS} s (a hidden test)")
     looping_feedback = (tmp_path / "out/feedback" / f"{LOOPING}.txt").read_text()
-    assert "receipt_liar() did not finish within 1 s" in looping_feedback
-    # Its status names the hidden test that was stopped; its feedback never does.
-    assert "test_q5a_fresh_copies" in rows[LOOPING]["status"]
+    assert f"receipt_liar() did not finish within {TEST_SECONDS} s" in looping_feedback
     assert "test_q5a_fresh_copies" not in looping_feedback and "of 19.00" in looping_feedback
     assert rows["page"]["status"].startswith("unreadable: NotJSONError")
     assert (rows["page"]["autograded"], rows["page"]["total"]) == ("0.00", "")
@@ -504,9 +660,53 @@ def test_a_class_with_a_hang_a_typo_a_corrupt_file_and_a_dead_kernel_is_graded(
     assert "raised SyntaxError" in q4c and "test" in q4c and "NoneType" not in q4c
     assert "anatomy_q3b: 3.00 of 3.00" in (tmp_path / "out/feedback/correct.txt").read_text()
     assert "Model answer" in (tmp_path / "out/written-answers.html").read_text()
+    # Every hostile submission: each hang costs its own question, within the limits, and says
+    # so; one that changes the grader scores nothing and is flagged; nothing hidden leaks.
+    for name, hostile in HOSTILE.items():
+        row = rows[name]
+        earned(name, {q: float(row[q]) for q in maximum}, hostile.costs)
+        if hostile.costs == "everything":
+            assert "not scored: its code changed the grader's runner" in row["status"], name
+            assert grader_flags(row["review"]), name
+        text = (tmp_path / "out/feedback" / f"{name}.txt").read_text() + json.dumps(row)
+        assert not leaked(text, built[1]), name
+    for name, question in HANGS.items():
+        assert rows[name]["status"] == HANG_STATUS.format(question), name
+    reads = rows["hostile-reads-the-hidden-tests"]
+    assert "[hidden test text]" in reads["status"]
+    forged = rows["hostile-forges-the-results"]["status"]
+    assert all(part in forged for part in ("otter's test files (run)", "the time limit "
+                                           "(setitimer)", "the result writer (dump)")), forged
+    assert not grader_flags(rows[LOOPING]["review"])
+    assert grader_flags(rows["hostile-leaves-processes-behind"]["review"])
+    # The quicker grading in this process, which the wrong answers get, grades as the kernel.
+    quick = grade_in_process(fixture("hostile-reads-the-hidden-tests"), built[1],
+                             tmp_path / "in-process")
+    assert {q: f"{score.points:.2f}" for q, score in quick.scores.items()} == {
+        q: reads[q] for q in maximum}
+    assert quick.status == reads["status"]
 
 
-def test_a_kernel_that_dies_again_gives_a_row_of_zeros_and_says_where(
+def test_a_submission_past_its_deadline_is_stopped_and_its_worker_ended(
+        built: Built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every cell within its limit, the whole past the submission's: the pool's own deadline.
+    # One worker: first a file with no notebook in it, graded, then the slow one.
+    page = tmp_path / "page.ipynb"
+    page.write_text("not a notebook")
+    slow = tmp_path / "slow.ipynb"
+    slow.write_text(small_submission(*["import time\ntime.sleep(2)"] * 20))
+    sentinel = uuid.uuid4().hex
+    monkeypatch.setenv(SENTINEL, sentinel)
+    graded = grade_in_pool([page, slow], built[1], 1, CELL_SECONDS, TEST_SECONDS, deadline=10)
+    assert graded["page"].status.startswith("unreadable")
+    assert graded["slow"].scores == {}
+    assert re.fullmatch(r"not graded: stopped at 10 s, the limit for one submission "
+                        r"\(--submission-timeout\), while running cell \w+; no question was graded",
+                        graded["slow"].status), graded["slow"].status
+    assert not left_running(sentinel)
+
+
+def test_a_kernel_that_dies_too_often_gives_a_row_of_zeros_and_says_where(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # No kernel: otter's executor is made to die at every cell that calls os._exit, as a
     # real kernel does (the class above shows one real death, graded again).
@@ -514,24 +714,29 @@ def test_a_kernel_that_dies_again_gives_a_row_of_zeros_and_says_where(
     import otter.api
     from nbclient.exceptions import DeadKernelError
 
+    from scripts.course.run_otter import MAX_STOPS
+
     def die(self: Any, cell: Any, resources: Any, index: int) -> Any:
         raise DeadKernelError("Kernel died")
 
     def grade_submission(path: str, autograder: str, quiet: bool) -> Any:
         executor = preprocessors.ExecutePreprocessor()  # as patched while grading
         for index, cell in enumerate(nbformat.read(path, as_version=4).cells):
-            if cell.source.startswith(("import os", "os._exit")):
+            if cell.source.startswith("import os"):
                 executor.preprocess_cell(cell, {}, index)
         raise AssertionError("every submission here dies")
 
     monkeypatch.setattr(preprocessors.ExecutePreprocessor, "preprocess_cell", die)
     monkeypatch.setattr(otter.api, "grade_submission", grade_submission)
-    path = tmp_path / "dies-twice.ipynb"
-    path.write_text(small_submission("x = 1", "import os\nos._exit(1)", "os._exit(1)"))
+    path = tmp_path / "dies-often.ipynb"
+    path.write_text(small_submission("x = 1", *[f"import os\nos._exit({n})"
+                                                for n in range(MAX_STOPS + 1)]))
     ids = [cell.id for cell in nbformat.read(path, as_version=4).cells]
     graded = grade_one(path, tmp_path / "autograder.zip")
+    places = [f"cell {cell}" for cell in ids[1:]]
     assert (graded.scores, graded.status) == ({}, (
-        f"not graded: the kernel died in cell {ids[1]}, and again in cell {ids[2]}"))
+        f"not graded: the kernel was stopped or died {MAX_STOPS + 1} times, in "
+        + ", ".join(places[:-1]) + f" and {places[-1]}"))
 
 
 def test_two_files_for_one_student_are_refused_before_grading(
@@ -559,74 +764,93 @@ def test_every_hidden_test_says_what_it_checks() -> None:
 # Gradescope: the autograder zip run as Gradescope runs it
 
 
-def run_on_gradescope(archive: Path, submission: Path, folder: Path) -> dict[str, Any]:
-    """Gradescope's layout in ``folder`` (source/ the zip unpacked, submission/, results/),
-    graded by the zip's own run_otter.py, as Gradescope's run_autograder calls it."""
-    import runpy
+def with_limits(archive: Path, copy: Path) -> Path:
+    """A copy of an autograder zip whose settings hold this file's short limits, as an
+    instructor sets them when building it (scripts.course.exercises --cell-timeout ...)."""
+    if not copy.exists():
+        with zipfile.ZipFile(archive) as old, zipfile.ZipFile(copy, "w") as new:
+            for info in old.infolist():
+                data = old.read(info)
+                if info.filename == SETTINGS_FILE:
+                    settings = json.loads(data)
+                    settings.update(cell_seconds=CELL_SECONDS, test_seconds=TEST_SECONDS)
+                    data = json.dumps(settings).encode("utf-8")
+                new.writestr(info, data)
+    return copy
 
+
+def gradescope_layout(archive: Path, submission: Path, folder: Path) -> Path:
+    """Gradescope's layout in ``folder``: source/ (the zip unpacked), submission/, results/."""
     for part in ("source", "submission", "results"):
         (folder / part).mkdir(parents=True)
     with zipfile.ZipFile(archive) as unpacked:
         unpacked.extractall(folder / "source")
     shutil.copy(submission, folder / "submission" / submission.name)
-    runner = runpy.run_path(str(folder / "source" / "run_otter.py"))
-    runner["main"](str(folder))
-    results: dict[str, Any] = json.loads((folder / "results" / "results.json").read_text())
-    return results
+    return folder
 
 
-# One run each, spread over the test workers: every fixture here is graded nowhere else.
-GRADESCOPE_CASES = [("durable", "correct"), ("anatomy", "unanswered"),
-                    ("anatomy", "wrong-q1b-no-turn-budget"), ("anatomy", LOOPING),
-                    ("anatomy", DYING)]
+# Each batch runs in one process, as Gradescope runs one; the batches spread over the test
+# workers.
+GRADESCOPE_BATCHES = {
+    "hangs": [("anatomy", name) for name in HANGS],
+    "others": [("durable", "correct"), ("anatomy", DYING),
+               *(("anatomy", name) for name in HOSTILE if name not in HANGS)],
+}
 
 
-@pytest.mark.parametrize(("assignment", "name"), GRADESCOPE_CASES)
-def test_gradescope_scores_each_question_and_hides_hidden_tests(
-        built: Built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        assignment: str, name: str) -> None:
-    import time
+@pytest.mark.parametrize("batch", GRADESCOPE_BATCHES)
+def test_gradescope_grades_within_the_limits_flags_tampering_and_hides_hidden_tests(
+        built: Built, tmp_path: Path, batch: str) -> None:
+    archives = {assignment: with_limits(built[2][assignment], tmp_path / f"{assignment}.zip")
+                for assignment, _ in GRADESCOPE_BATCHES[batch]}
+    folders = [gradescope_layout(archives[assignment], fixture(name, assignment),
+                                 tmp_path / name) for assignment, name in GRADESCOPE_BATCHES[batch]]
+    sentinel = uuid.uuid4().hex
+    environment = {**os.environ, SENTINEL: sentinel, "MPLBACKEND": "agg",
+                   "AGENTBOOK_GRACE_SECONDS": GRACE_SECONDS}
+    PAYLOAD_RAN.unlink(missing_ok=True)
+    # The zip's own run_otter.py, as Gradescope's run_autograder calls it, one folder after
+    # another; a hang it failed to bound would fail here, not stall the suite.
+    done = subprocess.run([sys.executable, str(folders[0] / "source" / "run_otter.py"),
+                           *map(str, folders)], cwd=tmp_path, env=environment,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not left_running(sentinel), "grading left processes running"
+    assert not PAYLOAD_RAN.exists(), "the grader loaded a pickle that ran a command"
+    for (assignment, name), folder in zip(GRADESCOPE_BATCHES[batch], folders, strict=True):
+        results = json.loads((folder / "results" / "results.json").read_text())
+        check_gradescope_results(built, assignment, name, results)
 
-    from scripts.course.time_limit import ENVIRONMENT_VARIABLE
 
-    # The kernel inherits the tests' limit; otter prepends to PATH, which is restored after.
-    monkeypatch.setenv(ENVIRONMENT_VARIABLE, "1")
-    monkeypatch.setenv("MPLBACKEND", "agg")
-    monkeypatch.setenv("PATH", os.environ["PATH"])
-    started = time.monotonic()
-    results = run_on_gradescope(built[2][assignment],
-                                REPO_ROOT / fixtures_folder(assignment) / f"{name}.ipynb",
-                                tmp_path / "autograder")
-    elapsed = time.monotonic() - started
+def check_gradescope_results(built: Built, assignment: str, name: str,
+                             results: dict[str, Any]) -> None:
     maximum = autograded_points(assignment)
-    questions = {test["name"]: test for test in results["tests"] if test["name"] in maximum}
-    assert {q: test["max_score"] for q, test in questions.items()} == maximum
+    entries = {test["name"]: test for test in results["tests"]}
+    questions = {q: test for q, test in entries.items() if q in maximum}
+    scores = {q: test["score"] for q, test in questions.items()}
+    assert not leaked(json.dumps(results), built[2][assignment]), name
+    if name in HOSTILE:
+        earned(name, scores, HOSTILE[name].costs)
+        if HOSTILE[name].costs == "everything":
+            assert results["score"] == 0, name
+            assert entries["Not scored"]["visibility"] == "visible", name
+            assert entries["Flagged for review"]["visibility"] == "hidden", name
+        elif name in HANGS:
+            output = questions[HANGS[name]]["output"]
+            assert f"did not finish within {TEST_SECONDS} s" in output, name
+        elif name == "hostile-reads-the-hidden-tests":  # its function failed a hidden test
+            output = questions["anatomy_q5a"]["output"]
+            assert "AssertionError: " in output and "[hidden test text]" in output, output
+        return
     # Each question's entry holds its hidden tests' results: hidden from students, as otter
     # has it, unless the assignment config asks to show them once grades are published.
+    assert {q: test["max_score"] for q, test in questions.items()} == maximum
     assert {test["visibility"] for test in questions.values()} == {"hidden"}
-    [public] = [test for test in results["tests"] if test["name"] == "Public Tests"]
-    assert public["visibility"] == "visible"
-    earned = {q: test["score"] for q, test in questions.items()}
-    lost = {"correct": None, "unanswered": None, "wrong-q1b-no-turn-budget": "anatomy_q1b",
-            LOOPING: "anatomy_q5a", DYING: "anatomy_q4c"}[name]
-    if name == "unanswered":
-        assert earned == dict.fromkeys(maximum, 0.0)
-        assert "not answered yet" in public["output"]
-        return
-    assert {q: p for q, p in earned.items() if q != lost} == {
-        q: p for q, p in maximum.items() if q != lost}
-    if lost is not None:
-        assert earned[lost] < maximum[lost]
-    if name == LOOPING:
-        assert ("anatomy_q5a: calling receipt_liar() did not finish within 1 s"
-                in questions["anatomy_q5a"]["output"])
-        # Two tests call the function and are stopped at 1 s each; the rest is one kernel's
-        # run of the notebook, a few seconds even on a busy machine.
-        assert elapsed < 60, elapsed
+    assert entries["Public Tests"]["visibility"] == "visible"
+    earned(name, scores, {"correct": "nothing", DYING: "anatomy_q4c"}[name], assignment)
     if name == DYING:
-        [note] = [test for test in results["tests"] if test["name"] == "Autograder"]
-        assert note["visibility"] == "visible"
-        assert note["output"].startswith("cell q4c-code: the kernel died there")
+        assert entries["Autograder"]["visibility"] == "visible"
+        assert entries["Autograder"]["output"].startswith("cell q4c-code: the kernel died there")
 
 
 def test_the_autograder_zip_pins_what_the_repository_pins(built: Built) -> None:
@@ -690,10 +914,23 @@ def test_a_test_file_gets_the_time_limit_once() -> None:
     assert limited.count("_limit_every_test(10, ") == 1
     assert limited.endswith(written[len(OTTER_IMPORT):])
     assert with_time_limit(limited) == limited
+    assert with_time_limit(written, 2.5).count("_limit_every_test(2.5, ") == 1
     with pytest.raises(ValueError, match="not a test file that otter assign wrote"):
         with_time_limit("name = 'q1'\n")
     # Every committed test file has it, so a new assignment's get it from the build alone.
     assert all("\n_limit_every_test(10, " in path.read_text() for path in PUBLIC_TESTS.glob("*.py"))
+
+
+def test_the_time_limit_and_the_grader_agree_on_how_they_talk() -> None:
+    # The lines in the test files cannot import kernel_bound.py: they name its variables.
+    from scripts.course.time_limit import limit_code
+
+    code = limit_code()
+    for variable in (kernel_bound.PROGRESS_VARIABLE, kernel_bound.STOPPED_VARIABLE):
+        assert f'"{variable}"' in code
+    assert kernel_bound.read_progress("3 start anatomy_q5a test_q5a_fresh_copies hidden") == (
+        kernel_bound.RunningTest("anatomy_q5a", "test_q5a_fresh_copies", True))
+    assert kernel_bound.read_progress("3 end") is None
 
 
 def test_the_cell_a_kernel_died_in_is_found_by_id_or_else_by_source() -> None:
@@ -722,24 +959,102 @@ def test_the_cell_a_kernel_died_in_is_found_by_id_or_else_by_source() -> None:
     assert cell_name(otter_cell) == "otter's own cell, which runs the tests"
 
 
-def test_gradescope_runs_every_cell_within_a_time_limit(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Otter sets no limit on a cell; the zip's runner does, as the class command does.
-    import otter.run.run_autograder as entry
+# ---------------------------------------------------------------------------------------------
+# What the grader trusts, and what it keeps secret
 
-    from scripts.course import run_otter
 
-    limits: list[int] = []
+def test_an_error_is_its_type_and_first_line_cut_at_a_word() -> None:
+    secrets = integrity.Secrets()
+    long = "word " * 100
+    assert secrets.error("ValueError", f"{long}\nsecond line") == (
+        "ValueError: " + " ".join(["word"] * 37) + " …")  # a whole word, then the mark
+    assert len(secrets.error("ValueError", long)) <= integrity.MESSAGE_CHARACTERS + 2
+    assert integrity.cut("short enough") == "short enough"
+    assert integrity.cut("x" * 300) == "x" * 200 + " …"  # one word too long: cut at the limit
 
-    def run_autograder(folder: str) -> None:
-        import nbconvert.preprocessors as preprocessors
 
-        executor = preprocessors.ExecutePreprocessor()  # as otter makes it, while grading
-        limits.extend(executor.timeout_func(nbformat.v4.new_code_cell(source))
-                      for source in ("while True:\n    pass", 'grader.check("anatomy_q1b")'))
+def test_text_from_a_hidden_test_is_redacted_and_public_text_is_not(built: Built) -> None:
+    tests = zip_tests(built[1])
+    secrets = integrity.Secrets.of(tests.values())
+    q5a = tests["tests/anatomy_q5a.py"]
+    hidden = q5a[q5a.index("def test_q5a_fresh_copies"):]
+    public = "assert first is not None, 'not answered yet: receipt_liar() returns None'"
+    assert public in q5a
+    for text in (hidden, " ".join(hidden.split()), repr(hidden), hidden[300:700]):
+        redacted = secrets.redact(text)
+        assert integrity.HIDDEN_TEXT in redacted and not leaked(redacted, built[1]), redacted
+    assert secrets.redact(public) == public
+    assert secrets.redact("see test_q5a_fresh_copies") == "see a hidden test"
+    message = ("❌ Test case failed\nError at line 95 in test anatomy_q5a:\n"
+               "    assert answers[0] == answers[1], 'each call should return a fresh copy'\n"
+               "AssertionError: each call should return a fresh copy of the same model")
+    assert integrity.test_message(message, True, secrets) == (
+        "❌ Test case failed\nAssertionError: [hidden test text]")
 
-    monkeypatch.setattr(entry, "main", run_autograder)
-    (tmp_path / "submission").mkdir()
-    (tmp_path / "submission" / "hw.ipynb").write_text(small_submission("x = 1"))
-    run_otter.main(str(tmp_path))
-    assert limits == [run_otter.CELL_SECONDS, 5 * run_otter.CELL_SECONDS]
+
+def test_only_submissions_that_reach_into_the_grader_are_flagged() -> None:
+    # Every fixture a student could hand in by mistake scans clean, in every assignment; each
+    # hostile one that reaches into the grader is flagged, with the cell and the reason. One
+    # hangs in plain Python and reaches nothing: the limits, not the scan, deal with that.
+    flagged = {}
+    for assignment in ASSIGNMENTS:
+        student = nbformat.read(REPO_ROOT / "exercises" / f"{assignment}-exercises.ipynb",
+                                as_version=4)
+        starter = {integrity.digest(cell.source) for cell in student.cells
+                   if cell.cell_type == "code"}
+        for path in (REPO_ROOT / fixtures_folder(assignment)).glob("*.ipynb"):
+            flagged[f"{assignment}/{path.stem}"] = integrity.scan(
+                nbformat.read(path, as_version=4), starter)
+    assert {name for name, found in flagged.items() if found} == {
+        f"anatomy/{name}" for name in (DYING, *HOSTILE) if name != "hostile-swallows-everything"
+    }, flagged
+    assert "cell q1b-code imports otter, the grader" in flagged[
+        "anatomy/hostile-replaces-the-test-call"]
+    assert "cell q4c-code starts, signals or ends processes" in flagged[f"anatomy/{DYING}"]
+
+
+def test_the_results_are_read_back_making_only_otters_classes() -> None:
+    class Payload:
+        def __reduce__(self) -> tuple[Any, tuple[str]]:
+            return (os.system, ("true",))
+
+    with pytest.raises(pickle.UnpicklingError, match="posix.system|os.system"):
+        integrity.SafePickle.loads(pickle.dumps(Payload()))
+    from otter.test_files import GradingResults
+
+    assert isinstance(integrity.SafePickle.loads(pickle.dumps(GradingResults([]))),
+                      GradingResults)
+
+
+def test_the_zip_grades_with_the_limits_it_was_built_with(tmp_path: Path) -> None:
+    # The build writes the limits, the starter cells and the grading code into the zip.
+    from scripts.course.time_limit import OTTER_IMPORT
+
+    archive = tmp_path / "autograder" / "hw.zip"
+    archive.parent.mkdir()
+    with zipfile.ZipFile(archive, "w") as new:
+        new.writestr("tests/q1.py", OTTER_IMPORT + "\nname = 'q1'\n")
+        new.writestr("run_otter.py", "# as otter assign wrote it\n")
+        new.writestr("otter_config.json", "{}")
+    pack_autograder(tmp_path, small_submission("x = 1", "y = 2"), ZipLimits(60, 2.5))
+    settings = Settings.of_zip(archive)
+    assert (settings.limits.cell_seconds, settings.limits.test_seconds) == (60, 2.5)
+    assert settings.starter == {integrity.digest("x = 1"), integrity.digest("y = 2")}
+    with zipfile.ZipFile(archive) as packed:
+        names = set(packed.namelist())
+        assert {"run_otter.py", "kernel_bound.py", "integrity.py", "time_limit.py"} <= names
+        assert "_limit_every_test(2.5, " in packed.read("tests/q1.py").decode()
+        assert "as otter assign wrote it" not in packed.read("run_otter.py").decode()
+
+
+def test_everything_a_grading_started_is_ended(tmp_path: Path) -> None:
+    # A process that carries the grading's mark, and one in a process group it started.
+    mark = uuid.uuid4().hex
+    marked = subprocess.Popen(["sleep", "60"], env={kernel_bound.MARK_VARIABLE: mark},
+                              start_new_session=True)
+    grouped = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    kernel_bound.end_processes(mark, {grouped.pid})
+    for process in (marked, grouped):
+        with contextlib.suppress(ChildProcessError):  # end_processes may have waited for it
+            process.wait(timeout=5)
+        assert not kernel_bound.alive(process.pid)

@@ -30,7 +30,7 @@ from scripts.course.answers import answers_in, load_assignment, question_points,
 from scripts.course.exercises import SKIP_SOLUTION_RUN, source_notebooks
 from scripts.course.feedback import cut_at_word, feedback_text
 from scripts.course.grading import Graded, GradingError, Score, choose_assignment
-from scripts.course.results import Record, Submission, load_record, needs_a_look
+from scripts.course.results import STATUSES, Record, Submission, load_record, needs_a_look
 from scripts.course.results import with_unanswered
 from scripts.course.results import write_folder
 from scripts.course.similarity import review_flags, similar_answers
@@ -88,7 +88,8 @@ def lay_out_course(folder: Path) -> None:
     exercises = REPO_ROOT / "exercises"
     (folder / "exercises" / "source").mkdir(parents=True)
     (folder / "exercises" / "tests").mkdir()
-    for name in (f"source/{ANATOMY}.ipynb", "source/wrong-answers.yml", f"{ANATOMY}.ipynb",
+    for name in (f"source/{ANATOMY}.ipynb", "source/wrong-answers.yml",
+                 "source/hostile-answers.yml", f"{ANATOMY}.ipynb",
                  *(f"tests/{path.name}" for path in (exercises / "tests").glob("anatomy_*.py"))):
         shutil.copy(exercises / name, folder / "exercises" / name)
     (folder / ".venv").symlink_to(sys.prefix)
@@ -263,19 +264,39 @@ def status_rows() -> list[tuple[re.Pattern[str], str]]:
             for cell, action in rows]
 
 
-@pytest.mark.parametrize("status", [
-    # As the grader writes them (tests/test_grading.py grades each of these cases).
+# Every kind of note the grader writes, as it writes them (tests/test_grading.py grades each
+# of these cases).
+STATUS_EXAMPLES = [
     "ok",
     "not answered: q1b, q2a",
     "not answered: every question (the notebook as handed out)",
     "anatomy_q4c: cell 69b6c422 raised SyntaxError: incomplete input",
     "anatomy_q5a: cell 6eb2d6d3 ran past the time limit and was stopped",
-    "anatomy_q5a: calling receipt_liar() did not finish within 1 s (test test_q5a_fresh_copies)",
+    "anatomy_q5a: calling receipt_liar() did not finish within 1 s (a hidden test)",
+    "anatomy_q5a: a hidden test did not finish within 1 s, even when interrupted, so grading "
+    "stopped it",
+    "anatomy_q5a: test test_q5a_x did not finish within 1 s, even when interrupted, so "
+    "grading stopped it",
     "cell q4c-code: the kernel died there; graded again with that cell raising an error",
-    "not graded: the kernel died in cell a1, and again in cell b2",
+    "cell q5a-code: ran past its 6 s limit and ignored the interrupt; graded again with that "
+    "cell raising an error",
+    "not graded: the kernel was stopped or died 5 times, in cell a1, cell b2, cell c3, cell d4 "
+    "and cell e5",
+    "not graded: stopped at 10 s, the limit for one submission (--submission-timeout), while "
+    "running cell a1; no question was graded",
+    "not graded: the grading process died while running cell a1; grade it again",
+    "not scored: its code changed the grader's runner: otter's test call (call_func)",
     "not graded: RuntimeError: Kernel didn't respond in 60 seconds",
     "unreadable: NotJSONError: Notebook does not appear to be JSON",
-])
+]
+
+
+def test_every_kind_of_note_the_grader_knows_has_an_example_here() -> None:
+    for pattern, _ in STATUSES:
+        assert any(pattern.match(status) for status in STATUS_EXAMPLES), pattern.pattern
+
+
+@pytest.mark.parametrize("status", STATUS_EXAMPLES)
 def test_every_status_the_grader_writes_has_a_row_saying_what_to_do(status: str) -> None:
     [action, *_] = [action for pattern, action in status_rows() if pattern.match(status)]
     # The class command names the row for a look exactly where the table gives it something

@@ -4,6 +4,7 @@
         [--runs N]
     python -m scripts.checks.bench grading [--count 200] [--workers N] [--csv FILE]
                                             [--timeout 60] [--test-timeout 10]
+    python -m scripts.checks.bench correct --against DIR [--runs 9]
 
 Targets (2 cores): set-up under 40 s and the suite under 30 s (commands: fresh clones, empty
 caches); a chapter under 10 s; `import agentbook` within 45 ms of `python -c pass` (Chapter
@@ -19,6 +20,9 @@ the same interpreter bare.
 provenance: one check of a value against a 100 kB untrusted result built to make a
 backtracking search retry at every word, or a repeated search re-read the same letters, each
 under 0.1 s; and ten values checked after a run read 100 results of 14 kB, under 1 s.
+correct grades the correct submission with this checkout and with another (DIR, such as the
+main branch before a change to grading), alternating, each with the autograder zip its own
+code builds: a correct submission should grade no more than 10% slower after a change.
 Shared machines are noisy: it reports the median and spread, and for commands the processor
 time too, which load inflates less.
 """
@@ -507,8 +511,9 @@ def bench_grading(count: int, workers: int, grades: Path | None, timeout: float,
 
     from scripts.course import grading
 
+    # The ones a student hands in by mistake: the hostile fixtures test the grader's limits.
     fixtures = sorted(path for path in (ROOT / grading.FIXTURES_DIR).glob("*.ipynb")
-                      if path.stem != LOOPING_FIXTURE)
+                      if path.stem != LOOPING_FIXTURE and not path.stem.startswith("hostile-"))
     if not fixtures:
         raise SystemExit(f"no fixture submissions in {grading.FIXTURES_DIR}/")
     looping = max(1, round(count * 0.05))
@@ -552,10 +557,62 @@ def bench_grading(count: int, workers: int, grades: Path | None, timeout: float,
           f"({graded[slowest].status})")
 
 
+# Grades the correct fixture once, in the checkout it runs in, and prints the seconds on the
+# clock and of processor time (this process and the kernel); run by `correct` in each checkout.
+GRADE_CORRECT = """
+import resource, sys, time
+from pathlib import Path
+from scripts.course.grading import grade_one
+import otter.api
+def used():
+    own, kids = (resource.getrusage(who) for who in (resource.RUSAGE_SELF,
+                                                     resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+archive = next(Path(sys.argv[1]).glob("anatomy-exercises/*.zip"))
+start, cpu = time.perf_counter(), used()
+graded = grade_one(Path("tests/fixtures/submissions/correct.ipynb"), archive)
+points = sum(score.points for score in graded.scores.values())
+print(time.perf_counter() - start, used() - cpu, points, graded.status)
+"""
+
+
+def bench_correct(against: Path | None, runs: int) -> None:
+    """The correct submission graded by this checkout and by ``against``, alternating."""
+    if against is None:
+        raise SystemExit("correct needs --against DIR: another checkout of the book, set up")
+    checkouts = {"this checkout": ROOT, f"{against}": against.resolve()}
+    with tempfile.TemporaryDirectory(prefix="agentbook-bench-correct-") as scratch:
+        zips = {}
+        for label, checkout in checkouts.items():
+            zips[label] = Path(scratch, str(len(zips)))
+            subprocess.run([str(checkout / ".venv/bin/python"), "-m", "scripts.course.exercises",
+                            "--autograder", str(zips[label])], cwd=checkout, check=True,
+                           capture_output=True)
+        samples: dict[str, list[tuple[float, float]]] = {label: [] for label in checkouts}
+        for _ in range(runs):
+            for label, checkout in checkouts.items():
+                done = subprocess.run([str(checkout / ".venv/bin/python"), "-c", GRADE_CORRECT,
+                                       str(zips[label])], cwd=checkout, check=True,
+                                      capture_output=True, text=True)
+                wall, cpu, points, status = done.stdout.split(maxsplit=3)
+                if status.strip() != "ok":
+                    raise SystemExit(f"{label}: the correct submission graded {points}: {status}")
+                samples[label].append((float(wall), float(cpu)))
+    for label, pairs in samples.items():
+        report(f"{label}, on the clock", [pair[0] for pair in pairs])
+        report(f"{label}, processor", [pair[1] for pair in pairs])
+    ours, theirs = (samples[label] for label in checkouts)
+    for index, kind in enumerate(("on the clock", "processor")):
+        ratio = (statistics.median(pair[index] for pair in ours)
+                 / statistics.median(pair[index] for pair in theirs))
+        print(f"{'this checkout / the other, ' + kind:44} {ratio:7.3f}x  (target 1.10x)",
+              flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=["chapter", "tests", "commands", "import", "loop", "live",
-                                         "grading", "sandbox", "provenance"])
+                                         "grading", "sandbox", "provenance", "correct"])
     parser.add_argument("--runs", type=int, help="samples to take the median of (default: "
                         "3 for commands, 5 for chapter and tests, 21 for import, loop "
                         "and sandbox)")
@@ -565,6 +622,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--installer", choices=["uv", "pip"], default="uv",
                         help="for commands: set up with uv (as dev.py does) or pip alone")
     parser.add_argument("--count", type=int, default=200, help="for grading: class size")
+    parser.add_argument("--against", type=Path,
+                        help="for correct: another checkout of the book, its .venv set up")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--csv", type=Path, help="for grading: also keep the grades here")
     parser.add_argument("--timeout", type=float, default=60,
@@ -573,7 +632,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="for grading: each test's limit, as `grading class --test-timeout`")
     args = parser.parse_args(argv)
     default_runs = {"commands": 3, "import": 21, "sandbox": 21, "loop": 21,
-                    "provenance": 21}.get(args.what, 5)
+                    "provenance": 21, "correct": 9}.get(args.what, 5)
     runs = args.runs if args.runs is not None else default_runs
     if min(runs, args.count, args.workers) < 1:
         parser.error("--runs, --count and --workers must be at least 1")
@@ -588,6 +647,7 @@ def main(argv: list[str] | None = None) -> int:
         "grading": lambda: bench_grading(args.count, args.workers, args.csv, args.timeout,
                                          args.test_timeout),
         "provenance": lambda: bench_provenance(runs),
+        "correct": lambda: bench_correct(args.against, runs),
     }
     benches[args.what]()
     return 0

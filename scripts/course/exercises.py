@@ -3,6 +3,7 @@
     python -m scripts.course.exercises                 write the student versions
     python -m scripts.course.exercises --check         exit 1 with a diff when they are stale
     python -m scripts.course.exercises --autograder D  also keep the autograder versions in D
+        [--cell-timeout SECONDS] [--test-timeout SECONDS]  the zips' limits (default 300, 10)
 
 ``otter assign`` turns each annotated ``exercises/source/NAME.ipynb`` into the committed
 student version ``exercises/NAME.ipynb`` (its public tests in ``exercises/tests/`` and packed
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -34,12 +36,16 @@ from scripts.build.generated import diff as diff  # the student files' diff and 
 from scripts.build.generated import read_files, sync
 from scripts.build.generated import write as write
 from scripts.build.regenerate import KERNELSPEC
+from scripts.course.integrity import digest
+from scripts.course.run_otter import CELL_SECONDS, SETTINGS_FILE, TEST_SECONDS
 from scripts.course.time_limit import with_time_limit
 
 ROOT = Path(__file__).resolve().parents[2]
 EXERCISES_DIR = "exercises"
 SOURCE_DIR = "exercises/source"
 TESTS_DIR = "exercises/tests"
+# The grading code every autograder zip carries beside its run_otter.py (run_otter.py says why).
+ENGINE = ("run_otter.py", "kernel_bound.py", "integrity.py", "time_limit.py")
 # The line of the student notebook's set-up cell that receives the packed public tests.
 BUNDLE_LINE = 'PUBLIC_TESTS = ""'
 BUNDLE_WIDTH = 88  # characters of base64 per line, so the cell stays within the line length
@@ -75,23 +81,50 @@ def run_otter_assign(source: Path, output: Path, check_solutions: bool = True) -
 
 def harden(dist: Path) -> None:
     """What ``otter assign`` wrote into ``dist``, made to survive students' bugs on every path:
-    every test file, the student's and the autograder's, runs each test within a time limit
-    (scripts/course/time_limit.py), and the autograder zip runs scripts/course/run_otter.py,
-    which survives a dying kernel. Hidden tests' results stay hidden from students, as otter
-    has it, unless the assignment config says ``show_hidden: true`` under ``generate``."""
+    every test file, the student's and the autograder's, runs each test within the default
+    time limit (scripts/course/time_limit.py)."""
     for path in [*(dist / "student").glob("tests/*.py"), *(dist / "autograder").glob("tests/*.py")]:
         path.write_text(with_time_limit(path.read_text(encoding="utf-8")), encoding="utf-8")
-    runner = (Path(__file__).parent / "run_otter.py").read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class ZipLimits:
+    """The limits an autograder zip grades with, chosen when it is built."""
+
+    cell_seconds: float = CELL_SECONDS  # the longest any one cell may run
+    test_seconds: float = TEST_SECONDS  # the longest any one test may run
+
+
+def pack_autograder(dist: Path, student_notebook: str, limits: ZipLimits = ZipLimits()) -> None:
+    """Each autograder zip in ``dist`` made to grade as the class command does: it runs this
+    book's run_otter.py with the grading code beside it (``ENGINE``), its test files run each
+    test within ``limits.test_seconds``, its settings file holds the limits and the starter
+    notebook's code cells (what is left as handed out is not scanned for tampering). Hidden
+    tests' results stay hidden from students, as otter has it, unless the assignment config
+    says ``show_hidden: true`` under ``generate``."""
+    here = Path(__file__).parent
+    engine = {name: (here / name).read_text(encoding="utf-8") for name in ENGINE}
+    starter = sorted({digest(cell.source) for cell in
+                      nbformat.reads(student_notebook, as_version=4).cells
+                      if cell.cell_type == "code"})
+    settings = {"cell_seconds": limits.cell_seconds, "test_seconds": limits.test_seconds,
+                "starter_cells": starter}
     for archive in (dist / "autograder").glob("*.zip"):
         with zipfile.ZipFile(archive) as old:
             entries = [(info, old.read(info)) for info in old.infolist()]
+        stamp = entries[0][0].date_time  # the new files dated as otter dated its own
         with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as new:
             for info, data in entries:
                 if info.filename.startswith("tests/") and info.filename.endswith(".py"):
-                    data = with_time_limit(data.decode("utf-8")).encode("utf-8")
-                elif info.filename == "run_otter.py":
-                    data = runner.encode("utf-8")
+                    data = with_time_limit(data.decode("utf-8"),
+                                           limits.test_seconds).encode("utf-8")
+                elif info.filename in engine:
+                    data = engine.pop(info.filename).encode("utf-8")
                 new.writestr(info, data)
+            for name, text in engine.items():  # beside run_otter.py, as otter wrote it
+                new.writestr(zipfile.ZipInfo(name, date_time=stamp), text)
+            new.writestr(zipfile.ZipInfo(SETTINGS_FILE, date_time=stamp),
+                         json.dumps(settings, indent=2))
 
 
 def stable_ids(notebook: nbformat.NotebookNode, source_ids: set[str]) -> None:
@@ -147,7 +180,7 @@ def bundle_tests(notebook_text: str, tests: dict[str, str]) -> str:
 
 
 def build(root: Path, autograder: Path | None = None,
-          check_solutions: bool = True) -> dict[str, str]:
+          check_solutions: bool = True, limits: ZipLimits = ZipLimits()) -> dict[str, str]:
     """Every student file the sources produce: path relative to ``root`` -> file text."""
     files: dict[str, str] = {}
     made_by: dict[str, str] = {}
@@ -173,6 +206,7 @@ def build(root: Path, autograder: Path | None = None,
             notebook = f"{EXERCISES_DIR}/{source.stem}.ipynb"
             files[notebook] = bundle_tests(files[notebook], tests)
             if autograder is not None:
+                pack_autograder(output / "dist", files[notebook], limits)
                 target = autograder / source.stem
                 shutil.rmtree(target, ignore_errors=True)
                 shutil.copytree(output / "dist" / "autograder", target)
@@ -201,6 +235,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="fail with a diff when the committed student versions are stale")
     parser.add_argument("--autograder", type=Path, metavar="DIR",
                         help="also keep each autograder version, zip included, in DIR/NAME/")
+    parser.add_argument("--cell-timeout", type=float, default=CELL_SECONDS, metavar="SECONDS",
+                        help="with --autograder: the longest any one cell may run when the zip "
+                        f"grades (default {CELL_SECONDS}); a cell stopped costs its question")
+    parser.add_argument("--test-timeout", type=float, default=TEST_SECONDS, metavar="SECONDS",
+                        help="with --autograder: the longest any one test may run when the zip "
+                        f"grades (default {TEST_SECONDS})")
     parser.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     root = args.root.resolve()
@@ -209,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     autograder = args.autograder.resolve() if args.autograder else None
     try:
-        wanted = build(root, autograder, os.environ.get(SKIP_SOLUTION_RUN) != "1")
+        wanted = build(root, autograder, os.environ.get(SKIP_SOLUTION_RUN) != "1",
+                       ZipLimits(args.cell_timeout, args.test_timeout))
     except ExercisesError as error:
         print(error, file=sys.stderr)
         return 2

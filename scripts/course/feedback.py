@@ -14,23 +14,19 @@ from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING
 
 from scripts.course.answers import Assignment
+from scripts.course.integrity import MESSAGE_CHARACTERS, cut
 
 if TYPE_CHECKING:
     from scripts.course.grading import Graded, Score
 
-LINE_LIMIT = 200  # characters of one message, cut at a word
+LINE_LIMIT = MESSAGE_CHARACTERS  # characters of one message, cut at a word
 HIDDEN_PREFIX = re.compile(r"^\s*hidden test:\s*", re.I)
 
 
 def cut_at_word(text: str, limit: int = LINE_LIMIT) -> str:
-    """``text`` on one line, its indent kept, cut at a word after at most ``limit``
-    characters and then marked '…'."""
+    """``text`` on one line, its indent kept, cut at a word (integrity.cut)."""
     indent = text[:len(text) - len(text.lstrip(" "))]
-    text = " ".join(text.split())
-    if len(text) <= limit:
-        return indent + text
-    cut = text[:limit + 1].rsplit(" ", 1)[0] if " " in text[:limit + 1] else text[:limit]
-    return indent + cut.rstrip(" ,;:") + " …"
+    return indent + cut(text, limit)
 
 
 def without_hidden_names(text: str, hidden_tests: Collection[str]) -> str:
@@ -45,7 +41,7 @@ def status_parts(status: str, questions: Collection[str]) -> list[str]:
     (or its start, where a long status was cut short), a cell's, or a kind of outcome: a
     note's own text may hold '; ' too."""
     starts = "|".join([*map(re.escape, questions), r"[a-z]+_q\w", "cell ", "not graded",
-                       "not answered", "unreadable"])
+                       "not scored", "not answered", "unreadable"])
     return [part for part in re.split(rf"; (?=(?:{starts}))", status) if part]
 
 

@@ -14,16 +14,19 @@
         write the model-answer notebooks, to hand out once the deadline has passed
 
 Grading runs the autograder zip of ``otter assign``: with Docker through ``otter grade``,
-otherwise through ``otter run`` in a pool of worker processes (in this environment).
+otherwise through ``otter run`` in a pool of worker processes (in this environment), each
+submission within limits its code cannot reach and under a deadline of its own (run_otter.py).
 instructors.qmd is the instructor's guide to these commands.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import dataclasses
 import json
+import math
 import multiprocessing
 import os
 import re
@@ -32,11 +35,12 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 import zipfile
-from collections.abc import Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
 from pathlib import Path, PurePosixPath
 from typing import Any
 from unittest.mock import patch
@@ -58,6 +62,8 @@ from scripts.course.answers import (
 from scripts.course.answers import model_answers as model_answers  # for the tests, as before
 from scripts.course.answers import solution_code as solution_code
 from scripts.course.exercises import ExercisesError, build, normalize, source_notebooks
+from scripts.course import integrity, kernel_bound
+from scripts.course.integrity import Secrets, cut
 from scripts.course.results import (
     RECORD,
     Record,
@@ -68,10 +74,9 @@ from scripts.course.results import (
     write_folder,
 )
 from scripts.course.results import write_scores as write_scores  # for the tests and the bench
-from scripts.course.run_otter import KernelDied, cell_time_limit, grade_surviving
+from scripts.course.run_otter import KernelDied, Session, Settings, grade_surviving
 from scripts.course.similarity import THRESHOLD
 from scripts.course.time_limit import DEFAULT_SECONDS
-from scripts.course.time_limit import ENVIRONMENT_VARIABLE as TEST_LIMIT_VARIABLE
 from scripts.course.written import TEMPLATE, MarksError, read_marks, written_total
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,6 +119,31 @@ WRONG_ANSWERS_FILE = "exercises/source/wrong-answers.yml"
 WRONG_ANSWERS = read_wrong_answers(ROOT / WRONG_ANSWERS_FILE)
 
 
+@dataclass(frozen=True)
+class HostileAnswer:
+    """A submission that tries to stall the grader, fool it or read its hidden tests: a
+    fixture submission of the first chapter with one cell edited."""
+
+    slug: str  # names the fixture: hostile-<slug>
+    base: str  # the fixture it starts from: correct or unanswered
+    costs: str  # the question it may lose points on, "nothing" or "everything"
+    cell: str
+    edits: tuple[tuple[str, str], ...]
+
+
+def read_hostile_answers(path: Path) -> tuple[HostileAnswer, ...]:
+    """The hostile submissions in ``path``; its header says what an entry holds."""
+    entries = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return tuple(HostileAnswer(entry["slug"], entry["from"], entry["costs"], entry["cell"],
+                               tuple((edit["correct"], edit["wrong"])
+                                     for edit in entry["edits"]))
+                 for entry in entries)
+
+
+HOSTILE_ANSWERS_FILE = "exercises/source/hostile-answers.yml"
+HOSTILE_ANSWERS = read_hostile_answers(ROOT / HOSTILE_ANSWERS_FILE)
+
+
 def wrong_answer_name(wrong: WrongAnswer) -> str:
     """The fixture's file stem, e.g. wrong-q3b-one-repeat-late."""
     return f"wrong-{wrong.question.split('_')[-1]}-{wrong.slug}"
@@ -121,12 +151,18 @@ def wrong_answer_name(wrong: WrongAnswer) -> str:
 
 def with_wrong_answer(correct: nbformat.NotebookNode, wrong: WrongAnswer) -> nbformat.NotebookNode:
     """The correct submission with one answer cell edited into ``wrong``."""
-    notebook = nbformat.from_dict(correct)
-    [cell] = [cell for cell in notebook.cells if cell.id == wrong.cell]
-    for old, new in wrong.edits:
+    return edited(correct, wrong.cell, wrong.edits,
+                  f"{wrong_answer_name(wrong)}: the answer to {wrong.question}")
+
+
+def edited(original: nbformat.NotebookNode, cell_id: str, edits: Iterable[tuple[str, str]],
+           what: str) -> nbformat.NotebookNode:
+    """A copy of ``original`` with each (old, new) edit made to the cell ``cell_id``."""
+    notebook = nbformat.from_dict(original)
+    [cell] = [cell for cell in notebook.cells if cell.id == cell_id]
+    for old, new in edits:
         if cell.source.count(old) != 1:
-            raise GradingError(f"{wrong_answer_name(wrong)}: the answer to {wrong.question} "
-                               f"no longer contains, once, the text to change:\n{old}")
+            raise GradingError(f"{what} no longer contains, once, the text to change:\n{old}")
         cell.source = cell.source.replace(old, new)
     return notebook
 
@@ -168,6 +204,11 @@ def fixture_files(root: Path) -> dict[str, str]:
         for wrong in wrong_answers:
             if wrong.question.startswith(f"{assignment}_"):
                 notebooks[wrong_answer_name(wrong)] = with_wrong_answer(correct, wrong)
+        if assignment == "anatomy":
+            for hostile in read_hostile_answers(root / HOSTILE_ANSWERS_FILE):
+                notebooks[f"hostile-{hostile.slug}"] = edited(
+                    notebooks[hostile.base], hostile.cell, hostile.edits,
+                    f"hostile-{hostile.slug}: cell {hostile.cell}")
         folder = fixtures_folder(assignment)
         files.update({f"{folder}/{name}.ipynb": normalize(nbformat.writes(notebook), source_ids)
                       for name, notebook in notebooks.items()})
@@ -195,17 +236,21 @@ class Graded:
     status: str = "ok"
     cell_errors: dict[str, str] = field(default_factory=dict)  # question -> the error
     seconds: float = 0.0  # how long grading it took, on the clock, re-grading included
-    # Reasons to read this submission before posting its grade, never a penalty: the class
-    # command adds written answers much like another's; other checks may add their own.
+    # Reasons to read this submission before posting its grade, never a penalty: what its
+    # source does that reaches into the grader (integrity.scan), a runner it changed, and
+    # written answers much like another's (added by the class command).
     review: tuple[str, ...] = ()
 
 
 CHECK_CALL = re.compile(r"""grader\.check\(["'](\w+)["']""")
 
 
-def cell_errors(notebook: nbformat.NotebookNode) -> dict[str, str]:
+def cell_errors(notebook: nbformat.NotebookNode,
+                secrets: Secrets | None = None) -> dict[str, str]:
     """The error each answer cell of an executed notebook raised, by the question whose
-    ``grader.check`` follows it: the cause a student must fix, not the symptom a test saw."""
+    ``grader.check`` follows it: the cause a student must fix, not the symptom a test saw;
+    each its type and first line, with nothing of a hidden test."""
+    secrets = secrets or Secrets()
     errors: dict[str, str] = {}
     pending: list[str] = []
     for cell in notebook.cells:
@@ -221,30 +266,40 @@ def cell_errors(notebook: nbformat.NotebookNode) -> dict[str, str]:
             if output.get("output_type") == "error":
                 what = ("ran past the time limit and was stopped"
                         if output.ename == "KeyboardInterrupt"
-                        else f"raised {output.ename}: {output.evalue}")
+                        else f"raised {secrets.error(output.ename, output.evalue)}")
                 pending.append(f"cell {cell.get('id', '?')} {what}")
     return errors
 
 
 def grade_one(submission: Path, autograder: Path, timeout: float = 300,
-              test_timeout: float = DEFAULT_SECONDS) -> Graded:
+              test_timeout: float = DEFAULT_SECONDS,
+              tell: Callable[[str, Any], None] | None = None) -> Graded:
     """One submission graded by ``otter run``'s API, each cell within ``timeout`` seconds and
-    each test within ``test_timeout``; an unreadable file or a kernel that dies twice is
-    reported in the status and scores nothing."""
+    each test within ``test_timeout``; an unreadable file or a kernel that dies or has to be
+    stopped too often is reported in the status and scores nothing. ``tell`` hears of each
+    kernel ("kernel", its process group) and cell ("cell", its name) as grading reaches it."""
     started = time.perf_counter()
-    graded = grade_submission_once(submission, autograder, timeout, test_timeout)
+    graded = grade_submission_once(submission, autograder, timeout, test_timeout, tell)
     return dataclasses.replace(graded, seconds=round(time.perf_counter() - started, 3))
 
 
 def grade_submission_once(submission: Path, autograder: Path, timeout: float,
-                          test_timeout: float) -> Graded:
-    """``grade_one`` without the clock: graded again without the cell a kernel died in."""
+                          test_timeout: float,
+                          tell: Callable[[str, Any], None] | None = None) -> Graded:
+    """``grade_one`` without the clock (run_otter.py says how a submission is graded)."""
     from otter.api import grade_submission
+
+    from scripts.course.run_otter import cell_name
 
     try:
         notebook = read_submission(submission)
     except Exception as error:  # nbformat and zipfile raise many kinds for a bad file
-        return Graded({}, f"unreadable: {type(error).__name__}: {error}"[:200])
+        return Graded({}, cut(f"unreadable: {type(error).__name__}: {error}"))
+    settings = Settings.of_zip(autograder) if autograder.is_file() else Settings()
+    mark = uuid.uuid4().hex
+    if tell is not None:
+        tell("mark", mark)
+    review = integrity.scan(notebook, set(settings.starter))
 
     def grade(version: nbformat.NotebookNode) -> Any:
         if version is notebook:  # the file as handed in, export zips included
@@ -254,19 +309,40 @@ def grade_submission_once(submission: Path, autograder: Path, timeout: float,
             nbformat.write(version, path)
             return grade_submission(str(path), str(autograder), quiet=True)
 
-    try:
-        # Figures drawn with Agg, as nothing is shown; the kernel inherits the tests' limit.
-        # patch.dict restores the environment afterward, as otter prepends to PATH each call.
-        settings = {"MPLBACKEND": "agg", TEST_LIMIT_VARIABLE: f"{test_timeout:g}"}
-        with patch.dict(os.environ, settings), cell_time_limit(timeout):
-            results, note = grade_surviving(notebook, grade)
-    except KernelDied as died:
-        return Graded({}, f"not graded: {died}"[:200])
-    except Exception as error:  # otter reports a broken submission by raising anything
-        return Graded({}, f"not graded: {type(error).__name__}: {error}"[:200])
+    with tempfile.TemporaryDirectory(prefix="agentbook-grading-") as scratch:
+        session = Session(settings, kernel_bound.Limits(timeout, test_timeout), Path(scratch),
+                          mark=mark,
+                          on_kernel=tell and (lambda group: tell("kernel", group)),
+                          on_cell=tell and (lambda cell: tell("cell", cell_name(cell))))
+        try:
+            # Figures drawn with Agg, as nothing is shown.
+            with patch.dict(os.environ, {"MPLBACKEND": "agg"}):
+                results, note = grade_surviving(notebook, grade, session)
+        except KernelDied as died:
+            return Graded({}, cut(f"not graded: {died}"), review=tuple(review + session.review))
+        except Exception as error:  # otter reports a broken submission by raising anything
+            return Graded({}, "not graded: " + session.secrets.error(type(error).__name__,
+                                                                     str(error)),
+                          review=tuple(review + session.review))
+        finally:
+            session.end()
+    return graded_from(results, session.secrets, note, session.tampered,
+                       review + session.review)
+
+
+def graded_from(results: Any, secrets: Secrets, note: str = "", tampered: str = "",
+                review: Iterable[str] = ()) -> Graded:
+    """A Graded made from otter's results (messages already cleaned, integrity.test_message):
+    a score per question, and a status that names every cell that raised, every test stopped
+    at its time limit, and a runner the submission changed."""
+    review = tuple(review)
+    if tampered:  # zero everywhere: integrity.py says why
+        return Graded({}, cut(f"not scored: {tampered}", 300), review=review)
     if results.has_catastrophic_failure():
-        return Graded({}, f"not graded: {results.catastrophic_error}"[:200])
-    errors = cell_errors(results.notebook) if results.notebook is not None else {}
+        error = results.catastrophic_error
+        return Graded({}, "not graded: " + secrets.error(type(error).__name__, str(error)),
+                      review=review)
+    errors = cell_errors(results.notebook, secrets) if results.notebook is not None else {}
     # Six decimals: otter's sums of test points come out as 2.9999999999999996.
     scores = {name: Score(round(float(result.score), 6), result.passed_all_public,
                           tuple(str(case.message) for case in result.test_case_results
@@ -279,9 +355,9 @@ def grade_submission_once(submission: Path, autograder: Path, timeout: float,
     stopped = [str(case.message).rsplit("TimeoutError: ", 1)[-1]
                for result in results.results.values() for case in result.test_case_results
                if not case.passed and "TimeoutError: " in str(case.message)]
-    status = "; ".join([note] * bool(note) + [f"{question}: {error}"
-                                              for question, error in errors.items()] + stopped)
-    return Graded(scores, status[:300] or "ok", errors)
+    parts = ([note] * bool(note) + [f"{question}: {error}" for question, error in errors.items()]
+             + stopped)
+    return Graded(scores, cut("; ".join(parts), 300) or "ok", errors, review=review)
 
 
 def start_worker() -> None:
@@ -289,25 +365,135 @@ def start_worker() -> None:
     import otter.api  # noqa: F401
 
 
+def pool_worker(connection: Connection) -> None:
+    """A worker of the class pool: grade each submission the pool sends, telling it which
+    kernel and cell grading reaches, until it sends None. Orphans of the submissions' kernels
+    become this process's children, to be ended after each one (kernel_bound.py)."""
+    adopted = kernel_bound.adopt_orphans()
+    start_worker()
+    while (job := connection.recv()) is not None:
+        path, autograder, timeout, test_timeout = job
+        connection.send(("started", None))  # the submission's deadline starts now
+        graded = grade_one(path, autograder, timeout, test_timeout,
+                           lambda kind, value: connection.send((kind, value)))
+        if adopted:
+            kernel_bound.end_processes("", set(), adopted=True)
+        connection.send(("graded", graded))
+
+
+def submission_deadline(timeout: float) -> float:
+    """The default for how long one submission may take in all: a few cell limits, for the
+    regrading a stopped cell costs, and a minute for everything else."""
+    return 4 * timeout + 60
+
+
+@dataclass
+class Worker:
+    """One process of the class pool, and the submission it is grading, if any."""
+
+    process: Any
+    connection: Connection
+    job: Path | None = None
+    deadline: float = 0.0
+    groups: set[int] = field(default_factory=set)
+    marks: list[str] = field(default_factory=list)
+    where: str = "its first cell"
+
+
 def grade_in_pool(submissions: list[Path], autograder: Path, workers: int,
-                  timeout: float = 300,
-                  test_timeout: float = DEFAULT_SECONDS) -> dict[str, Graded]:
+                  timeout: float = 300, test_timeout: float = DEFAULT_SECONDS,
+                  deadline: float | None = None) -> dict[str, Graded]:
     """Grade submissions in parallel worker processes, one at a time each, with a progress
-    bar on stderr; by file stem."""
-    graded: dict[str, Graded] = {}
+    bar on stderr; by file stem. A submission still grading ``deadline`` seconds after it
+    started has its worker and kernel killed, and its row says what could not be graded."""
+    deadline = deadline or submission_deadline(timeout)
     # Spawned, not forked: a fork of a process that holds kernel connections can inherit
     # their sockets, and otter's kernels must start clean.
     spawn = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=spawn,
-                             initializer=start_worker) as pool:
-        futures = {pool.submit(grade_one, path, autograder, timeout, test_timeout): path
-                   for path in submissions}
-        for done, future in enumerate(as_completed(futures), 1):
-            graded[futures[future].stem] = future.result()
-            bar = "#" * (30 * done // len(submissions))
-            print(f"\r[{bar:.<30}] {done}/{len(submissions)} graded", end="", file=sys.stderr,
-                  flush=True)
+
+    def start() -> Worker:
+        ours, theirs = spawn.Pipe()
+        process = spawn.Process(target=pool_worker, args=(theirs,), daemon=True)
+        process.start()
+        theirs.close()
+        return Worker(process, ours)
+
+    pending, graded = list(submissions), {}
+    pool = [start() for _ in range(max(1, min(workers, len(submissions))))]
+    try:
+        while pending or any(worker.job for worker in pool):
+            for worker in pool:
+                if worker.job is None and pending:
+                    # The deadline starts when the worker starts on it (see take_news).
+                    worker.job, worker.deadline = pending.pop(0), math.inf
+                    worker.groups, worker.marks, worker.where = set(), [], "its first cell"
+                    worker.connection.send((worker.job, autograder, timeout, test_timeout))
+            busy = [worker for worker in pool if worker.job is not None]
+            first = min(worker.deadline for worker in busy)
+            wait([worker.connection for worker in busy] +
+                 [worker.process.sentinel for worker in busy],
+                 timeout=None if first == math.inf else max(0.0, first - time.monotonic()))
+            for index, worker in enumerate(pool):
+                row = take_news(worker, deadline)
+                if row is not None and worker.job is not None:
+                    graded[worker.job.stem] = row
+                    worker.job = None
+                    if not worker.process.is_alive():
+                        pool[index] = start()
+                    bar = "#" * (30 * len(graded) // len(submissions))
+                    print(f"\r[{bar:.<30}] {len(graded)}/{len(submissions)} graded", end="",
+                          file=sys.stderr, flush=True)
+    finally:
+        for worker in pool:
+            stop_worker(worker)
     return {name: graded[name] for name in sorted(graded)}
+
+
+def take_news(worker: Worker, deadline: float) -> Graded | None:
+    """What a busy worker has said, and its submission's row once there is one: graded, or
+    stopped at the deadline, or lost with a worker that died."""
+    if worker.job is None:
+        return None
+    try:
+        while worker.connection.poll():
+            kind, value = worker.connection.recv()
+            if kind == "graded":
+                return value  # type: ignore[no-any-return]
+            if kind == "kernel":
+                worker.groups.add(value)
+            elif kind == "cell":
+                worker.where = value
+            elif kind == "mark":
+                worker.marks.append(value)
+            elif kind == "started":
+                worker.deadline = time.monotonic() + deadline
+    except (EOFError, OSError):
+        pass  # the worker died: said below
+    if not worker.process.is_alive():
+        stop_worker(worker)
+        return Graded({}, cut(f"not graded: the grading process died while running "
+                              f"{worker.where}; grade it again"))
+    if time.monotonic() > worker.deadline:
+        stop_worker(worker)
+        return Graded({}, cut(f"not graded: stopped at {deadline:g} s, the limit for one "
+                              f"submission (--submission-timeout), while running {worker.where}; "
+                              "no question was graded"), seconds=deadline)
+    return None
+
+
+def stop_worker(worker: Worker) -> None:
+    """End a worker and everything its submission started (its kernels' process groups)."""
+    if worker.process.is_alive() and worker.job is None:
+        with contextlib.suppress(OSError):
+            worker.connection.send(None)
+        worker.process.join(timeout=2)
+    if worker.process.is_alive():
+        worker.process.kill()
+        worker.process.join(timeout=2)
+    for mark in worker.marks:
+        kernel_bound.end_processes(mark, worker.groups)
+    kernel_bound.end_groups(worker.groups)
+    worker.connection.close()
 
 
 def grade_in_containers(submissions: list[Path], autograder: Path, workers: int,
@@ -464,7 +650,7 @@ def grade_class(args: argparse.Namespace, submissions: list[Path], source: Path)
             return grade_in_containers(submissions, autograder, workers, source.stem,
                                        args.timeout)
         graded = grade_in_pool(submissions, autograder, workers, args.timeout,
-                               args.test_timeout)
+                               args.test_timeout, args.submission_timeout)
         print(file=sys.stderr)
         return graded
 
@@ -575,6 +761,10 @@ def main(argv: list[str] | None = None) -> int:
                        metavar="SECONDS", help="the longest any one test may run; a test "
                        "stopped fails with a message naming the call that did not finish "
                        f"(default {DEFAULT_SECONDS}, built into the tests; in Docker always that)")
+    grade.add_argument("--submission-timeout", type=float, metavar="SECONDS",
+                       help="the longest one submission may take in all, regrading "
+                       "included; past it, it is stopped and not graded (default: four "
+                       "times --timeout, and a minute)")
     grade.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     grade.add_argument("--engine", choices=("auto", "docker", "process"), default="auto",
                        help="auto uses Docker where it runs, otherwise a process pool")

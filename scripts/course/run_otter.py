@@ -1,95 +1,205 @@
 """Runs otter's autograder on Gradescope (and in ``otter grade``'s containers) as otter's own
-run_otter.py does, except that a kernel that dies costs only the cell it died in.
+run_otter.py does, except that no submission can stall it, fool it without being flagged, or
+read its hidden tests through it.
 
-The exercises' build puts this file into every autograder zip in place of otter's; the class
-command's process pool uses the same functions (scripts/course/grading.py). Every cell runs
-within a time limit (otter sets none), so a cell that never ends costs its own question and
-not the whole submission. When the kernel
-dies during a cell (``os._exit``, a crash, running out of memory), otter raises and writes no
-results at all: the student would see a failed autograder. Here the submission is graded
-again with that cell replaced by one that raises a clear error, so the questions before and
-after it keep the points they earn. A kernel that dies again ends with a score of zero and a
-message that says where it died, never without results.
+The exercises' build puts this file into every autograder zip in place of otter's, with
+kernel_bound.py and integrity.py beside it and the zip's settings (the cell and test limits,
+the starter notebook's cells) in ``agentbook-grading.json``; the class command's process pool
+uses the same functions (scripts/course/grading.py). Grading a submission here:
+
+- reads its source first, and flags for an instructor's review any cell that reaches into
+  the grader (integrity.scan);
+- runs it with every cell and every test bounded by this process (kernel_bound.py). When a
+  cell or a test overruns and ignores the interrupt, or when the kernel dies in a cell
+  (``os._exit``, a crash, running out of memory), otter would raise and write no results at
+  all. Here the submission is graded again with that cell replaced by one that raises a
+  clear error, or with that test failed at once, so every other question keeps its points;
+  after a few such stops it ends with a score of zero and a message that says where;
+- checks the runner in the kernel before the tests run and the results after, and refuses to
+  score a submission that changed the runner;
+- cuts every error to its type and first line and redacts the hidden tests from it, in the
+  results themselves, so every report made from them is clean;
+- ends every process the submission started.
 
 It imports only otter and what otter depends on: nothing of the book is installed where it runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
+import sys
+import tempfile
+import uuid
+import zipfile
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 from unittest.mock import patch
 
 import nbformat
 
+try:  # in the book's repository
+    from scripts.course import integrity, kernel_bound, time_limit
+except ImportError:  # in the autograder zip, beside this file
+    import integrity  # type: ignore[import-not-found, no-redef]
+    import kernel_bound  # type: ignore[import-not-found, no-redef]
+    import time_limit  # type: ignore[import-not-found, no-redef]
+
+Limits, RunningTest, Watch = kernel_bound.Limits, kernel_bound.RunningTest, kernel_bound.Watch
 T = TypeVar("T")
 AUTOGRADER = "/autograder"
-# Where nothing says otherwise (Gradescope, otter grade), the longest a cell may run, as the
-# class command's --timeout default: a cell that runs longer costs only its question.
+SETTINGS_FILE = "agentbook-grading.json"
+# Where nothing says otherwise, the longest a cell may run, as the class command's --timeout
+# default: a cell that runs longer costs only its question. The zip's build may set another.
 CELL_SECONDS = 300
+TEST_SECONDS = 10
+MAX_STOPS = 4  # cells or tests stopped, or kernel deaths, before a submission is not graded
 
 
-@contextmanager
-def cell_time_limit(seconds: float) -> Iterator[None]:
-    """Interrupt any cell that runs longer than ``seconds`` (otter sets no limit on its
-    ExecutePreprocessor), so that only the question that hangs loses its points."""
-    import nbconvert.preprocessors as preprocessors
+@dataclass(frozen=True)
+class Settings:
+    """What the zip's build decided: the limits, and the starter notebook's code cells."""
 
-    original = preprocessors.ExecutePreprocessor
+    limits: Limits = Limits(CELL_SECONDS, TEST_SECONDS)
+    starter: frozenset[str] = frozenset()  # digests of the code cells as handed out
 
-    class TimedPreprocessor(original):  # type: ignore[misc, valid-type]
-        def __init__(self, **kwargs: object) -> None:
-            super().__init__(**kwargs)
-            self.interrupt_on_timeout = True
-            self.timeout_func = self.limit
+    @classmethod
+    def from_json(cls, text: str | None) -> Settings:
+        data = json.loads(text) if text else {}
+        return cls(Limits(float(data.get("cell_seconds", CELL_SECONDS)),
+                          float(data.get("test_seconds", TEST_SECONDS))),
+                   frozenset(data.get("starter_cells", ())))
 
-        @staticmethod
-        def limit(cell: Any) -> int:
-            # Otter's own cells (its set-up, and the last one, which runs every test not yet
-            # run) and the check cells get more: every test in them has a limit of its own,
-            # and stopping them would cost every question, or a question's every test.
-            checks = "from otter" in cell.source or "grader.check(" in cell.source
-            return max(1, round(seconds)) * (5 if checks else 1)
+    @classmethod
+    def of_zip(cls, archive: Path) -> Settings:
+        with zipfile.ZipFile(archive) as opened:
+            names = set(opened.namelist())
+            return cls.from_json(opened.read(SETTINGS_FILE).decode("utf-8")
+                                 if SETTINGS_FILE in names else None)
 
-    with patch.object(preprocessors, "ExecutePreprocessor", TimedPreprocessor):
+
+@dataclass
+class Session:
+    """One submission's grading: its limits and marks, and what the grader learned."""
+
+    settings: Settings
+    limits: Limits
+    folder: Path  # scratch: the progress file
+    mark: str = field(default_factory=lambda: uuid.uuid4().hex)
+    word: str = field(default_factory=integrity.new_word)  # the guard's report carries it
+    secrets: integrity.Secrets = field(default_factory=integrity.Secrets)
+    shapes: dict[str, list[tuple[str, float, bool]]] = field(default_factory=dict)
+    review: list[str] = field(default_factory=list)  # why an instructor should look
+    tampered: str = ""  # what in the runner changed: the submission is not scored
+    on_kernel: Callable[[int], None] | None = None
+    on_cell: Callable[[Any], None] | None = None
+    groups: set[int] = field(default_factory=set)
+    adopted: bool = False  # this process adopts orphans (kernel_bound.adopt_orphans)
+
+    def watch(self) -> Watch:
+        progress = self.folder / "progress"
+        progress.write_text("", encoding="utf-8")
+        tests = sum(len(cases) for cases in self.shapes.values()) or 100
+        return Watch(self.limits, progress, tests, self.on_kernel, self.on_cell)
+
+    def prepare(self, notebook: nbformat.NotebookNode) -> None:
+        """Add the guard's two cells around the submission's code (integrity.guard_cells)."""
+        code = time_limit.limit_code(self.limits.test_seconds)
+        first, last = integrity.guard_cells(code, self.word)
+        starts = [i for i, cell in enumerate(notebook.cells)
+                  if "init_grading_mode(" in cell.source]
+        ends = [i for i, cell in enumerate(notebook.cells)
+                if "GradingResults(Checker.get_results())" in cell.source]
+        if starts and ends:  # otter's own first cell, and its last, which writes the results
+            notebook.cells.insert(ends[-1], nbformat.v4.new_code_cell(last))
+            notebook.cells.insert(starts[0] + 1, nbformat.v4.new_code_cell(first))
+
+    def learn_tests(self, texts: dict[str, str]) -> None:
+        """The tests as the grader holds them, read before the kernel could change them."""
+        if not self.shapes:
+            self.secrets = integrity.Secrets.of(texts.values())
+            self.shapes = integrity.test_shapes(texts)
+
+    def check(self, results: Any) -> None:
+        """Trust the results only as far as they deserve, and clean every message in them."""
+        reported = integrity.verdict(results.notebook, self.word)
+        broken = results.has_catastrophic_failure()
+        changed = [] if broken else integrity.shape_changes(results, self.shapes)
+        if reported is not None and reported.startswith("the grader's check"):
+            self.review.append(reported)
+        elif reported is not None:
+            changed.insert(0, "its code changed the grader's runner: "
+                           + reported.removeprefix("changed: "))
+        if changed:
+            self.tampered = "; ".join(changed)
+            self.review.append(f"not scored: {self.tampered}")
+        if broken:
+            error = results.catastrophic_error
+            self.review.append("its results could not be read back: "
+                               + self.secrets.error(type(error).__name__, str(error)))
+            return
+        for test_file in results.results.values():
+            if changed:
+                test_file.update_score(0)
+        clean_messages(results, self.secrets)
+
+    def end(self) -> None:
+        kernel_bound.end_processes(self.mark, self.groups, self.adopted)
+
+
+def clean_messages(results: Any, secrets: integrity.Secrets) -> None:
+    """Every failed test's message in otter's results cut to its error's type and first line,
+    with nothing of a hidden test (integrity.test_message), before anything reports it."""
+    for test_file in results.results.values():
+        for result in test_file.test_case_results:
+            if not result.passed:
+                result.message = integrity.test_message(str(result.message or ""),
+                                                        bool(result.test_case.hidden), secrets)
+
+
+@contextlib.contextmanager
+def checked_results(session: Session) -> Iterator[None]:
+    """While otter grades: it reads the tests where ``session`` learns them first, loads the
+    kernel's results with an unpickler that makes only otter's classes, and hands them to
+    ``session.check`` before anything is reported from them."""
+    import otter.execute as execute
+    from otter.run.run_autograder.runners import python_runner
+
+    original = python_runner.grade_notebook
+
+    def grade_notebook(submission_path: str, *, tests_glob: list[str] | None = None,
+                       **kwargs: Any) -> Any:
+        session.learn_tests({path: Path(path).read_text(encoding="utf-8")
+                             for path in tests_glob or []})
+        results = original(submission_path, tests_glob=tests_glob, **kwargs)
+        session.check(results)
+        return results
+
+    with patch.object(python_runner, "grade_notebook", grade_notebook), \
+            patch.object(execute, "pickle", integrity.SafePickle):
         yield
 
 
 class KernelDied(Exception):
-    """The kernel died twice: the message says in which cells."""
-
-
-@contextmanager
-def running_cell() -> Iterator[dict[str, Any]]:
-    """Remember which cell otter's executor is running: ``{"cell": cell}`` after a run, so
-    the cell a kernel died in is known when nbclient raises DeadKernelError."""
-    import nbconvert.preprocessors as preprocessors
-
-    seen: dict[str, Any] = {"cell": None}
-    original = preprocessors.ExecutePreprocessor
-
-    class Remembering(original):  # type: ignore[misc, valid-type]
-        def preprocess_cell(self, cell: Any, resources: Any, index: int) -> Any:
-            seen["cell"] = cell
-            return super().preprocess_cell(cell, resources, index)
-
-    with patch.object(preprocessors, "ExecutePreprocessor", Remembering):
-        yield seen
+    """The kernel was stopped or died too often: the message says in which cells."""
 
 
 def cell_name(cell: Any) -> str:
     if cell.source.startswith("from otter"):  # the cells otter adds to set up and run tests
         return "otter's own cell, which runs the tests"
+    if "agentbook_guard" in cell.source:
+        return "the grader's check of its runner"
     return f"cell {cell.get('id') or cell.source.split(chr(10), 1)[0][:40]}"
 
 
-def without_cell(notebook: nbformat.NotebookNode, dead: Any) -> nbformat.NotebookNode | None:
-    """The notebook with the cell the kernel died in replaced by one that raises; None when
-    that cell is not the student's (otter's own cells, which run the tests)."""
+def without_cell(notebook: nbformat.NotebookNode, dead: Any,
+                 why: str = "") -> nbformat.NotebookNode | None:
+    """The notebook with the cell the kernel died in, or was stopped in, replaced by one that
+    raises; None when that cell is not the student's (otter's own cells, the grader's)."""
     copy = nbformat.from_dict(notebook)
     code = [cell for cell in copy.cells if cell.cell_type == "code"]
     # By id, and among cells that share one (a hand-edited file), by source; by source alone
@@ -98,38 +208,69 @@ def without_cell(notebook: nbformat.NotebookNode, dead: Any) -> nbformat.Noteboo
     by_source = [cell for cell in code if cell.source == dead.source]
     same = ([cell for cell in by_id if cell in by_source] if len(by_id) > 1 else by_id
             ) or by_source
-    if not same:
+    if not same or "agentbook_guard" in dead.source:
         return None
-    message = (f"the kernel died while running {cell_name(dead)}, so grading skipped it: "
-               "find what ends the process there (os._exit, a crash, running out of memory)")
-    same[0].source = f"raise RuntimeError({message!r})"
+    message = why or (f"the kernel died while running {cell_name(dead)}, so grading skipped "
+                      "it: find what ends the process there (os._exit, a crash, running out "
+                      "of memory)")
+    same[0].source = f"raise {'TimeoutError' if why else 'RuntimeError'}({message!r})"
     same[0].outputs = []
     return copy
 
 
 def grade_surviving(notebook: nbformat.NotebookNode,
-                    grade: Callable[[nbformat.NotebookNode], T]) -> tuple[T, str]:
-    """``grade(notebook)``, and once more without the cell the kernel died in if it died;
-    the result and what happened, "" when the kernel lived. KernelDied when it died again."""
+                    grade: Callable[[nbformat.NotebookNode], T],
+                    session: Session) -> tuple[T, str]:
+    """``grade(notebook)`` under the session's limits, again each time a cell or test had to
+    be stopped or the kernel died, with that cell replaced or that test failed at once; the
+    result and what happened ("" when nothing did). KernelDied after MAX_STOPS stops."""
     from nbclient.exceptions import DeadKernelError
 
-    with running_cell() as seen:
+    stopped: list[RunningTest] = []
+    notes: list[str] = []
+    places: list[str] = []
+    version = notebook
+    for _ in range(MAX_STOPS + 1):
+        watch = session.watch()
+        environment = {kernel_bound.PROGRESS_VARIABLE: str(watch.progress),
+                       kernel_bound.MARK_VARIABLE: session.mark,
+                       kernel_bound.STOPPED_VARIABLE: " ".join(test.key for test in stopped),
+                       time_limit.ENVIRONMENT_VARIABLE: f"{session.limits.test_seconds:g}"}
         try:
-            return grade(notebook), ""
+            with patch.dict(os.environ, environment), checked_results(session), \
+                    kernel_bound.bounded_execution(watch, session.prepare):
+                return grade(version), "; ".join(notes)
         except DeadKernelError:
-            dead = seen["cell"]
-    replaced = without_cell(notebook, dead) if dead is not None else None
-    where = cell_name(dead) if dead is not None else "a cell"
-    if replaced is None:
-        raise KernelDied(f"the kernel died in {where}")
-    with running_cell() as seen:
-        try:
-            return grade(replaced), (f"{where}: the kernel died there; graded again with "
-                                     "that cell raising an error")
-        except DeadKernelError:
-            again = seen["cell"]
-    raise KernelDied(f"the kernel died in {where}, and again in "
-                     f"{cell_name(again) if again is not None else 'a cell'}")
+            pass
+        finally:
+            session.groups |= watch.groups
+            session.end()
+        stop, cell = watch.stopped, watch.running
+        if stop is not None and stop.test is not None:
+            stopped.append(stop.test)
+            places.append(f"{stop.test.question} ({stop.test.label})")
+            continue
+        where = cell_name(cell) if cell is not None else "a cell"
+        places.append(where)
+        if stop is not None:
+            why = (f"{where} ran past its {stop.seconds:g} s limit and did not stop when "
+                   "interrupted, so grading stopped it")
+            note = f"{where}: ran past its {stop.seconds:g} s limit and ignored the interrupt; "
+        else:
+            why, note = "", f"{where}: the kernel died there; "
+        replaced = without_cell(version, cell, why) if cell is not None else None
+        if replaced is None:
+            raise KernelDied(describe(stop is not None, places))
+        version = replaced
+        notes.append(note + "graded again with that cell raising an error")
+    raise KernelDied(describe(False, places))
+
+
+def describe(stopped: bool, places: list[str]) -> str:
+    if len(places) == 1:
+        return f"the kernel {'was stopped' if stopped else 'died'} in {places[0]}"
+    return (f"the kernel was stopped or died {len(places)} times, in "
+            + ", ".join(places[:-1]) + f" and {places[-1]}")
 
 
 def failed_results(message: str) -> dict[str, Any]:
@@ -139,7 +280,26 @@ def failed_results(message: str) -> dict[str, Any]:
          "output": f"Your notebook could not be graded: {message}."}]}
 
 
-def main(autograder: str = AUTOGRADER) -> None:
+def annotate(results: dict[str, Any], note: str, session: Session) -> dict[str, Any]:
+    """Gradescope's results, with what happened said where the student sees the scores, and
+    the review flag where only instructors see it."""
+    entries = []
+    if note:
+        entries.append({"name": "Autograder", "visibility": "visible", "status": "failed",
+                        "output": note})
+    if session.tampered:
+        results["score"] = 0
+        entries.append({"name": "Not scored", "visibility": "visible", "status": "failed",
+                        "output": "Your notebook was not scored: its code changed the "
+                        "grader's own test runner. Your instructor will look at it."})
+    if session.review:
+        entries.append({"name": "Flagged for review", "visibility": "hidden",
+                        "status": "failed", "output": "\n".join(session.review)})
+    results["tests"] = entries + results.get("tests", [])
+    return results
+
+
+def main(autograder: str = AUTOGRADER, adopted: bool = False) -> None:
     """Otter's autograder on the one notebook in ``autograder``/submission."""
     from otter.run.run_autograder import main as run_autograder
 
@@ -149,28 +309,34 @@ def main(autograder: str = AUTOGRADER) -> None:
         return
     [path] = notebooks
     notebook = nbformat.read(path, as_version=4)
+    source = Path(autograder, "source", SETTINGS_FILE)
+    settings = Settings.from_json(source.read_text(encoding="utf-8") if source.is_file()
+                                  else None)
 
     def grade(version: nbformat.NotebookNode) -> None:
         nbformat.write(version, path)
         run_autograder(autograder)
 
-    try:
-        with cell_time_limit(CELL_SECONDS):
-            _, note = grade_surviving(notebook, grade)
-    except KernelDied as died:
-        with open(os.path.join(autograder, "results", "results.json"), "w",
-                  encoding="utf-8") as file:
-            json.dump(failed_results(str(died)), file, indent=4)
-        return
-    if note:  # said where the student sees the results, beside the scores
-        results_path = os.path.join(autograder, "results", "results.json")
-        with open(results_path, encoding="utf-8") as file:
-            results = json.load(file)
-        results["tests"].insert(0, {"name": "Autograder", "visibility": "visible",
-                                    "status": "failed", "output": note})
-        with open(results_path, "w", encoding="utf-8") as file:
-            json.dump(results, file, indent=4)
+    results_path = os.path.join(autograder, "results", "results.json")
+    with tempfile.TemporaryDirectory(prefix="agentbook-grading-") as scratch:
+        session = Session(settings, settings.limits, Path(scratch), adopted=adopted)
+        session.review += integrity.scan(notebook, set(settings.starter))
+        note = ""
+        try:
+            _, note = grade_surviving(notebook, grade, session)
+            with open(results_path, encoding="utf-8") as file:
+                results = json.load(file)
+        except KernelDied as died:
+            results = failed_results(str(died))
+        finally:
+            session.end()
+    with open(results_path, "w", encoding="utf-8") as file:
+        json.dump(annotate(results, note, session), file, indent=4)
 
 
 if __name__ == "__main__":
-    main()
+    # Gradescope runs `python /autograder/source/run_otter.py`; folders laid out as
+    # Gradescope's may be given instead, graded in turn.
+    adopted = kernel_bound.adopt_orphans()
+    for folder in sys.argv[1:] or [AUTOGRADER]:
+        main(folder, adopted=adopted)
