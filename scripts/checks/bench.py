@@ -5,6 +5,7 @@
     python -m scripts.checks.bench grading [--count 200] [--workers N] [--csv FILE]
                                             [--timeout 60] [--test-timeout 10]
     python -m scripts.checks.bench correct --against DIR [--runs 9]
+    python -m scripts.checks.bench hostile [--timeout 60] [--test-timeout 10] [--workers N]
 
 Targets (2 cores): set-up under 40 s and the suite under 30 s (commands: fresh clones, empty
 caches); a chapter under 10 s; `import agentbook` within 45 ms of `python -c pass` (Chapter
@@ -23,6 +24,10 @@ under 0.1 s; and ten values checked after a run read 100 results of 14 kB, under
 correct grades the correct submission with this checkout and with another (DIR, such as the
 main branch before a change to grading), alternating, each with the autograder zip its own
 code builds: a correct submission should grade no more than 10% slower after a change.
+hostile grades the correct submission, the one that never returns and every hostile one with
+the class command and in Gradescope's layout, and says what each scored, how long it took and
+what was left running: each hang should cost only its question, within the limits, a
+tampered submission nothing, and nothing should be left running.
 Shared machines are noisy: it reports the median and spread, and for commands the processor
 time too, which load inflates less.
 """
@@ -609,10 +614,104 @@ def bench_correct(against: Path | None, runs: int) -> None:
               flush=True)
 
 
+# Every process a run of `hostile` starts carries this in its environment; what carries it
+# afterwards, or sleeps as hostile-leaves-processes-behind's escapee does, was left behind.
+HOSTILE_MARK = "AGENTBOOK_BENCH_HOSTILE"
+ESCAPEE = b"sleep\x0086123\x00"
+
+
+def left_behind(mark: str) -> list[str]:
+    """The processes still running that a run marked with ``mark`` started."""
+    from scripts.course.kernel_bound import processes
+
+    found = []
+    for pid, _ in processes():
+        try:
+            environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if f"{HOSTILE_MARK}={mark}".encode() in environment or command == ESCAPEE:
+            words = command.replace(b"\0", b" ")[:60].decode(errors="replace")
+            found.append(f"{pid} {words}")
+    return found
+
+
+def gradescope_run(archive: Path, submission: Path, folder: Path,
+                   environment: dict[str, str]) -> tuple[float, float, str]:
+    """One submission graded in Gradescope's layout by the zip's own run_otter.py: its score,
+    the seconds it took, and the notes Gradescope shows (what happened, not scored, flagged)."""
+    import zipfile
+
+    for part in ("source", "submission", "results"):
+        (folder / part).mkdir(parents=True)
+    with zipfile.ZipFile(archive) as unpacked:
+        unpacked.extractall(folder / "source")
+    shutil.copy(submission, folder / "submission")
+    started = time.perf_counter()
+    subprocess.run([sys.executable, str(folder / "source" / "run_otter.py"), str(folder)],
+                   cwd=folder, env=environment, capture_output=True, check=True)
+    seconds = time.perf_counter() - started
+    results = json.loads((folder / "results" / "results.json").read_text(encoding="utf-8"))
+    score = results.get("score", sum(test.get("score", 0) for test in results["tests"]))
+    notes = [f"{test['name']}: {test['output']}" if test["name"] != "Flagged for review"
+             else "flagged" for test in results["tests"]
+             if test["name"] in ("Autograder", "Not scored", "Flagged for review")]
+    return float(score), seconds, "; ".join(notes)
+
+
+def bench_hostile(timeout: float, test_timeout: float, workers: int) -> None:
+    """Grade the correct submission, the one whose function never returns and every hostile
+    one (exercises/source/hostile-answers.yml) as the class command grades them, then each in
+    Gradescope's layout through the zip's own run_otter.py, both with these limits; report
+    each one's points, seconds and status, and every process either path left running."""
+    from uuid import uuid4
+
+    from scripts.course import grading
+    from scripts.course.exercises import ZipLimits, autograder_zip, build
+
+    fixtures = ROOT / grading.FIXTURES_DIR
+    chosen = [fixtures / "correct.ipynb", fixtures / f"{LOOPING_FIXTURE}.ipynb",
+              *sorted(fixtures.glob("hostile-*.ipynb"))]
+    mark = uuid4().hex
+    environment = {**os.environ, HOSTILE_MARK: mark}
+    with tempfile.TemporaryDirectory(prefix="agentbook-bench-hostile-") as scratch:
+        folder = Path(scratch, "class")
+        folder.mkdir()
+        for path in chosen:
+            shutil.copy(path, folder)
+        build(ROOT, Path(scratch, "zips"), check_solutions=False,
+              limits=ZipLimits(timeout, test_timeout))
+        archive = autograder_zip(Path(scratch, "zips"), "anatomy-exercises")
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "scripts.course.grading", "class", str(folder),
+                        "-o", str(Path(scratch, "out")), "--autograder", str(archive),
+                        "--timeout", f"{timeout:g}", "--test-timeout", f"{test_timeout:g}",
+                        "--workers", str(workers), "--engine", "process"],
+                       cwd=ROOT, env=environment, capture_output=True)
+        print(f"class command, {len(chosen)} submissions, {workers} at a time, each cell within "
+              f"{timeout:g} s and each test within {test_timeout:g} s: "
+              f"{time.perf_counter() - started:.1f} s; left running: "
+              f"{left_behind(mark) or 'nothing'}")
+        record = json.loads(Path(scratch, "out", "graded.json").read_text(encoding="utf-8"))
+        for path in chosen:
+            graded = record["submissions"][path.stem]["graded"]
+            points = sum(score["points"] for score in graded["scores"].values())
+            print(f"  {path.stem}: {points:.2f} in {graded['seconds']:.1f} s; "
+                  f"{graded['status']}; review: {'; '.join(graded['review']) or 'none'}")
+        print("Gradescope's layout, run_otter.py, one submission at a time:")
+        for path in chosen:
+            score, seconds, notes = gradescope_run(archive, path, Path(scratch, path.stem),
+                                                   environment)
+            print(f"  {path.stem}: {score:.2f} in {seconds:.1f} s; {notes or 'no notes'}; "
+                  f"left running: {left_behind(mark) or 'nothing'}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=["chapter", "tests", "commands", "import", "loop", "live",
-                                         "grading", "sandbox", "provenance", "correct"])
+                                         "grading", "sandbox", "provenance", "correct",
+                                         "hostile"])
     parser.add_argument("--runs", type=int, help="samples to take the median of (default: "
                         "3 for commands, 5 for chapter and tests, 21 for import, loop "
                         "and sandbox)")
@@ -648,6 +747,7 @@ def main(argv: list[str] | None = None) -> int:
                                          args.test_timeout),
         "provenance": lambda: bench_provenance(runs),
         "correct": lambda: bench_correct(args.against, runs),
+        "hostile": lambda: bench_hostile(args.timeout, args.test_timeout, args.workers),
     }
     benches[args.what]()
     return 0
