@@ -8,8 +8,7 @@ build skips otter's own run of them), every hang costs only its own question wit
 limits, no process outlives the grading, a submission that changes the grader is not scored
 and is flagged, and no line of a hidden test reaches a student. Each hostile fixture is graded
 on one of the two paths (ON_GRADESCOPE says which), as both bound a kernel with the same code;
-every one is graded on both by hand before a change to grading lands (instructors.qmd, "What
-a submission can do to the grader"). The plausible wrong answers
+``python -m scripts.checks.bench hostile`` grades every one on both. The plausible wrong answers
 and the unanswered notebooks are graded in this process, through otter's own test runner
 (``grade_in_process``), which is quicker: each loses points on its own question, is caught
 by a public test there, and loses nothing anywhere else.
@@ -552,24 +551,6 @@ def test_the_hand_in_cell_exports_the_written_answers_for_a_grader(
     for answer in answers.values():
         words = re.findall(r"[A-Za-z]+(?: [A-Za-z]+){4}", answer.replace("Model answer", ""))
         assert words and words[0] in text, f"missing from the page: {words[:1]}"
-
-
-def test_the_class_page_puts_every_written_answer_under_its_question() -> None:
-    from scripts.course.answers import answers_in, load_assignment, unanswered
-    from scripts.course.written import answers_page
-
-    assignment = load_assignment(REPO_ROOT, "anatomy-exercises")
-    answers = {name: answers_in(nbformat.read(FIXTURES / f"{name}.ipynb", as_version=4),
-                                assignment.finder) for name in ("correct", "unanswered")}
-    page = answers_page(assignment, answers, {name: unanswered(found, assignment)
-                                              for name, found in answers.items()}, [])
-    questions = re.findall(r"<h2>(.*?)</h2>", page)
-    manual = [name for name, (_, is_manual) in question_points(
-        nbformat.read(SOURCE, as_version=4)).items() if is_manual]
-    assert len(questions) == len(manual)
-    assert page.count("<h3>correct</h3>") == page.count("<h3>unanswered</h3>") == len(manual)
-    assert "Model answer" in page and "Type your answer here" not in page
-    assert page.count("<p class='none'>no answer</p>") == len(manual)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -503,3 +503,18 @@ def test_the_page_shows_a_students_html_as_text(tmp_path: Path) -> None:
     assert "<script>alert" not in page and "&lt;script&gt;" in page and "<img" not in page
     assert "<strong>bold</strong>" in page
     assert page.count("no answer cell found") == len(assessment.maximum(manual=True)) - 1
+
+
+def test_the_page_puts_every_written_answer_under_its_question() -> None:
+    from scripts.course.written import answers_page
+
+    assessment = load_assignment(REPO_ROOT, ANATOMY)
+    answers = {name: answers_in(nbformat.read(FIXTURES / f"{name}.ipynb", as_version=4),
+                                assessment.finder) for name in ("correct", "unanswered")}
+    page = answers_page(assessment, answers, {name: unanswered(found, assessment)
+                                              for name, found in answers.items()}, [])
+    written = assessment.maximum(manual=True)
+    assert len(re.findall(r"<h2>(.*?)</h2>", page)) == len(written)
+    assert page.count("<h3>correct</h3>") == page.count("<h3>unanswered</h3>") == len(written)
+    assert "Model answer" in page and "Type your answer here" not in page
+    assert page.count("<p class='none'>no answer</p>") == len(written)
