@@ -84,12 +84,12 @@ HOSTILE = {f"hostile-{hostile.slug}": hostile for hostile in HOSTILE_ANSWERS}
 # Each hostile fixture is graded on one path, where what it attacks differs between the paths,
 # to keep the suite short: both paths bound a kernel with the same code (run_otter.py,
 # kernel_bound.py). Gradescope's layout takes a hang in C code and the replaced test call (its
-# "Not scored" and "Flagged for review" entries); the class command every other, and the one
-# that leaves processes behind too, as each path adopts orphans its own way.
+# "Not scored" and "Flagged for review" entries) and the one that leaves processes behind
+# (its escapee is found only by its command line: one run at a time may look for it); the
+# class command every other.
 ON_GRADESCOPE = {"hostile-c-call-never-returns", "hostile-replaces-the-test-call",
                  "hostile-leaves-processes-behind"}
-IN_CLASS = {name: hostile for name, hostile in HOSTILE.items()
-            if name not in ON_GRADESCOPE or name == "hostile-leaves-processes-behind"}
+IN_CLASS = {name: hostile for name, hostile in HOSTILE.items() if name not in ON_GRADESCOPE}
 # The hostile fixtures whose function hangs when a hidden test calls it, and the question.
 HANGS = {f"hostile-{slug}": "anatomy_q5a" for slug in (
     "c-call-never-returns", "ignores-signals", "swallows-everything")}
@@ -211,9 +211,22 @@ def leaked(text: str, archive: Path) -> list[str]:
                if window in secrets.windows])
 
 
-def left_running(sentinel: str) -> list[str]:
+def escapees() -> set[int]:
+    """The processes that look like the one hostile-leaves-processes-behind leaves: it has no
+    environment to carry a sentinel, so only its command line tells it."""
+    found = set()
+    for pid, _ in kernel_bound.processes():
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/cmdline").read_bytes() == ESCAPED:
+                found.add(pid)
+    return found
+
+
+def left_running(sentinel: str, escapees_before: set[int] | None = None) -> list[str]:
     """The processes still running that a grading started: they carry ``sentinel`` in their
-    environment, or are the one that left it behind (leaves-processes-behind)."""
+    environment; with ``escapees_before`` (those running before it started), also a new one
+    that looks like hostile-leaves-processes-behind's. Only the run that grades that fixture
+    looks for it, so that no other test's run, or another's on a shared machine, is blamed."""
     found = []
     for pid, _ in kernel_bound.processes():
         try:
@@ -223,8 +236,10 @@ def left_running(sentinel: str) -> list[str]:
             continue
         if pid == os.getpid() or b"multiprocessing.resource_tracker" in command:
             continue  # this process, and the helper of its pool that ends with it
-        if f"{SENTINEL}={sentinel}".encode() in environment.split(b"\0") or command == ESCAPED:
+        if f"{SENTINEL}={sentinel}".encode() in environment.split(b"\0"):
             found.append(f"{pid}: {command[:80]!r}")
+    if escapees_before is not None:
+        found += [f"{pid}: {ESCAPED!r}" for pid in escapees() - escapees_before]
     return found
 
 
@@ -674,7 +689,7 @@ def test_a_class_with_hangs_tampering_leaks_a_typo_a_corrupt_file_and_a_dead_ker
     assert all(part in forged for part in ("otter's test files (run)", "the time limit "
                                            "(setitimer)", "the result writer (dump)")), forged
     assert not grader_flags(rows[LOOPING]["review"])
-    assert grader_flags(rows["hostile-leaves-processes-behind"]["review"])
+    assert grader_flags(rows["hostile-reads-the-hidden-tests"]["review"])
     # The quicker grading in this process, which the wrong answers get, grades as the kernel.
     quick = grade_in_process(fixture("hostile-reads-the-hidden-tests"), built[1],
                              tmp_path / "in-process")
@@ -804,6 +819,8 @@ def test_gradescope_grades_within_the_limits_flags_tampering_and_hides_hidden_te
     sentinel = uuid.uuid4().hex
     environment = {**os.environ, SENTINEL: sentinel, "MPLBACKEND": "agg",
                    "AGENTBOOK_GRACE_SECONDS": GRACE_SECONDS}
+    names = {name for _, name in GRADESCOPE_BATCHES[batch]}
+    before = escapees() if "hostile-leaves-processes-behind" in names else None
     PAYLOAD_RAN.unlink(missing_ok=True)
     # The zip's own run_otter.py, as Gradescope's run_autograder calls it, one folder after
     # another; a hang it failed to bound would fail here, not stall the suite.
@@ -811,7 +828,7 @@ def test_gradescope_grades_within_the_limits_flags_tampering_and_hides_hidden_te
                            *map(str, folders)], cwd=tmp_path, env=environment,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert not left_running(sentinel), "grading left processes running"
+    assert not left_running(sentinel, before), "grading left processes running"
     assert not PAYLOAD_RAN.exists(), "the grader loaded a pickle that ran a command"
     for (assignment, name), folder in zip(GRADESCOPE_BATCHES[batch], folders, strict=True):
         results = json.loads((folder / "results" / "results.json").read_text())
@@ -827,10 +844,11 @@ def check_gradescope_results(built: Built, assignment: str, name: str,
     assert not leaked(json.dumps(results), built[2][assignment]), name
     if name in HOSTILE:
         earned(name, scores, HOSTILE[name].costs)
+        # Each reaches into the grader in its source: instructors see why, students do not.
+        assert entries["Flagged for review"]["visibility"] == "hidden", name
         if HOSTILE[name].costs == "everything":
             assert results["score"] == 0, name
             assert entries["Not scored"]["visibility"] == "visible", name
-            assert entries["Flagged for review"]["visibility"] == "hidden", name
         elif name in HANGS:
             output = questions[HANGS[name]]["output"]
             assert f"did not finish within {TEST_SECONDS} s" in output, name
