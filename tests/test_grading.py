@@ -317,15 +317,16 @@ def test_solution_markers_are_removed_from_a_correct_answer() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# The grading table: the correct solutions in a kernel, the rest through otter's test runner
+# The grading table, through otter's test runner in this process
 
 
-@pytest.mark.parametrize("assignment", ASSIGNMENTS[2:])
-def test_a_later_assignments_correct_submission_scores_full_marks(
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_every_correct_submission_scores_full_marks(
         built: Built, assignment: str, tmp_path: Path) -> None:
-    # Chapter 1's correct submission is graded through the class command, with a class of
-    # broken ones, and Chapter 2's on Gradescope's layout, below, each in a kernel; this one
-    # in this process, as what it proves is that the reference solutions pass their tests.
+    # The proof that every reference solution passes its public and hidden tests, which
+    # `otter assign` would otherwise check. In a kernel, the class command grades Chapter 1's
+    # correct submission in tests/test_instructors.py; here, every other fixture of the class
+    # below keeps its points on every question it does not break.
     scores = grade_in_process(fixture("correct", assignment), built[2][assignment],
                               tmp_path).scores
     assert {question: score.points for question, score in scores.items()} == (
@@ -584,15 +585,14 @@ HANG_STATUS = ("{}: a hidden test did not finish within " f"{TEST_SECONDS} s, ev
 
 def test_a_class_with_hangs_tampering_leaks_a_typo_a_corrupt_file_and_a_dead_kernel_is_graded(
         built: Built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The correct fixture and every hostile one beside short broken notebooks, which keep this
-    # cheap: a kernel each. Full marks for the correct one mean every public and hidden test
-    # passed on the reference solutions, which `otter assign` would otherwise check.
+    # The hostile fixtures and the function that never returns beside short broken notebooks,
+    # which keep this cheap: a kernel each. Each loses points only where it breaks something.
     q7b = ("from typing import Any\nfrom collections.abc import Mapping\n"
            "from agentbook import AUTO_REFUND_LIMIT_CENTS, Gate, ToolCall\n"
            + solution_code(code_cell(SOURCE, "q7b-code")))
     folder = tmp_path / "class"
     folder.mkdir()
-    for name in ("correct", LOOPING, *IN_CLASS):
+    for name in (LOOPING, *IN_CLASS):
         shutil.copy(fixture(name), folder)
     (folder / "loops.ipynb").write_text(small_submission(
         q7b, 'grader.check("anatomy_q7b")', "import time\n\nwhile True:\n    time.sleep(1)",
@@ -607,7 +607,7 @@ def test_a_class_with_hangs_tampering_leaks_a_typo_a_corrupt_file_and_a_dead_ker
         "time.sleep(10**6)", 'grader.check("anatomy_q5a")'))
     (folder / "page.ipynb").write_text("<!DOCTYPE html><html><body>Not found</body></html>")
     written = tmp_path / "written.csv"
-    written.write_text("student,written\ncorrect,12.5\n")
+    written.write_text(f"student,written\n{LOOPING},12.5\n")
     sentinel = uuid.uuid4().hex
     monkeypatch.setenv(SENTINEL, sentinel)  # the workers, their kernels and what they start
     monkeypatch.setenv("AGENTBOOK_GRACE_SECONDS", GRACE_SECONDS)
@@ -622,7 +622,7 @@ def test_a_class_with_hangs_tampering_leaks_a_typo_a_corrupt_file_and_a_dead_ker
     assert not PAYLOAD_RAN.exists(), "the grader loaded a pickle that ran a command"
     rows = {row["student"]: row for row in csv.DictReader(
         (tmp_path / "out/grades.csv").open(encoding="utf-8"))}
-    assert list(rows) == ["points possible", "correct", "deaf", "dies", *sorted(IN_CLASS),
+    assert list(rows) == ["points possible", "deaf", "dies", *sorted(IN_CLASS),
                           "loops", "page", LOOPING]
     maximum = autograded_points()
     assert all(points > 0 for points in maximum.values())
@@ -631,15 +631,12 @@ def test_a_class_with_hangs_tampering_leaks_a_typo_a_corrupt_file_and_a_dead_ker
         "student": "points possible", **scores, "autograded": f"{sum(maximum.values()):.2f}",
         "written": "15.00", "total": f"{sum(maximum.values()) + 15:.2f}", "status": "",
         "review": ""}
-    assert rows["correct"] == {"student": "correct", **scores,
-                               "autograded": f"{sum(maximum.values()):.2f}", "written": "12.50",
-                               "total": f"{sum(maximum.values()) + 12.5:.2f}", "status": "ok",
-                               "review": rows["correct"]["review"]}
+    auto = float(rows[LOOPING]["autograded"])
+    assert (rows[LOOPING]["written"], rows[LOOPING]["total"]) == ("12.50", f"{auto + 12.5:.2f}")
     # Its written answers are the model answers, as are its classmates': flagged for that
     # alone (similarity.py), never for its code.
-    assert rows["correct"]["review"].startswith("like the model answer in every written "
-                                                "question (100%)")
-    assert not grader_flags(rows["correct"]["review"])
+    assert rows[LOOPING]["review"].startswith("like the model answer in every written "
+                                              "question (100%)")
     assert (rows["loops"]["anatomy_q7b"], rows["loops"]["anatomy_q5a"]) == ("2.00", "0.00")
     assert rows["loops"]["status"].startswith("anatomy_q5a: cell")
     assert "time limit" in rows["loops"]["status"]
@@ -668,7 +665,7 @@ def test_a_class_with_hangs_tampering_leaks_a_typo_a_corrupt_file_and_a_dead_ker
     feedback = (tmp_path / "out/feedback/loops.txt").read_text()
     q4c = feedback.split("\nanatomy_q4c:")[1].split("\nanatomy_")[0]
     assert "raised SyntaxError" in q4c and "test" in q4c and "NoneType" not in q4c
-    assert "anatomy_q3b: 3.00 of 3.00" in (tmp_path / "out/feedback/correct.txt").read_text()
+    assert "anatomy_q3b: 3.00 of 3.00" in looping_feedback
     assert "Model answer" in (tmp_path / "out/written-answers.html").read_text()
     # Every hostile submission: each hang costs its own question, within the limits, and says
     # so; one that changes the grader scores nothing and is flagged; nothing hidden leaks.
@@ -803,7 +800,7 @@ def gradescope_layout(archive: Path, submission: Path, folder: Path) -> Path:
 # Each batch runs in one process, as Gradescope runs one; the batches spread over the test
 # workers.
 GRADESCOPE_BATCHES = {
-    "hang": [("anatomy", "hostile-c-call-never-returns"), ("durable", "correct")],
+    "hang": [("anatomy", "hostile-c-call-never-returns")],
     "others": [("anatomy", DYING), ("anatomy", "hostile-replaces-the-test-call"),
                ("anatomy", "hostile-leaves-processes-behind")],
 }
@@ -858,10 +855,10 @@ def check_gradescope_results(built: Built, assignment: str, name: str,
     assert {q: test["max_score"] for q, test in questions.items()} == maximum
     assert {test["visibility"] for test in questions.values()} == {"hidden"}
     assert entries["Public Tests"]["visibility"] == "visible"
-    earned(name, scores, {"correct": "nothing", DYING: "anatomy_q4c"}[name], assignment)
-    if name == DYING:
-        assert entries["Autograder"]["visibility"] == "visible"
-        assert entries["Autograder"]["output"].startswith("cell q4c-code: the kernel died there")
+    assert name == DYING  # killed in q4c's cell, graded again without it
+    earned(name, scores, "anatomy_q4c", assignment)
+    assert entries["Autograder"]["visibility"] == "visible"
+    assert entries["Autograder"]["output"].startswith("cell q4c-code: the kernel died there")
 
 
 def test_the_autograder_zip_pins_what_the_repository_pins(built: Built) -> None:
