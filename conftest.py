@@ -31,10 +31,12 @@ SPREAD_FILES = ("tests/test_grading.py", "tests/test_sandbox.py")
 # First of all, one test that needs the autograder zips, so that one worker builds them (about
 # 7 s of otter assign) while the other starts on the long files; built later, when both
 # workers reach the grading tests, the other worker would wait for them idle. The longest
-# grading tests (a class, Gradescope's layout) go out next, once the zips are likely built.
+# grading tests (a class, Gradescope's layout, the instructor's walk) go out next, once the
+# zips are likely built.
 SLOWEST_FIRST = ("tests/test_grading.py::test_committed_student_version_is_current",
                  "tests/test_real_models.py", "tests/test_grading.py::test_a_class_with",
-                 "tests/test_grading.py::test_gradescope_grades", "tests/test_properties.py",
+                 "tests/test_grading.py::test_gradescope_grades", "tests/test_instructors.py",
+                 "tests/test_properties.py",
                  "tests/test_regenerate.py", "chapters/01_anatomy.ipynb", "tests/test_render.py",
                  "chapters/", "tests/test_grading.py")
 

@@ -134,9 +134,8 @@ class Session:
         elif reported is not None:
             changed.insert(0, "its code changed the grader's runner: "
                            + reported.removeprefix("changed: "))
-        if changed:
+        if changed:  # said where the score is: the status, Gradescope's "Not scored"
             self.tampered = "; ".join(changed)
-            self.review.append(f"not scored: {self.tampered}")
         if broken:
             error = results.catastrophic_error
             self.review.append("its results could not be read back: "
@@ -292,9 +291,10 @@ def annotate(results: dict[str, Any], note: str, session: Session) -> dict[str, 
         entries.append({"name": "Not scored", "visibility": "visible", "status": "failed",
                         "output": "Your notebook was not scored: its code changed the "
                         "grader's own test runner. Your instructor will look at it."})
-    if session.review:
+    review = session.review + [f"not scored: {session.tampered}"] * bool(session.tampered)
+    if review:
         entries.append({"name": "Flagged for review", "visibility": "hidden",
-                        "status": "failed", "output": "\n".join(session.review)})
+                        "status": "failed", "output": "\n".join(review)})
     results["tests"] = entries + results.get("tests", [])
     return results
 
