@@ -282,6 +282,7 @@ STATUS_EXAMPLES = [
     "cell raising an error",
     "not graded: the kernel was stopped or died 5 times, in cell a1, cell b2, cell c3, cell d4 "
     "and cell e5",
+    "not graded: the kernel was stopped in otter's own cell, which runs the tests",
     "not graded: stopped at 10 s, the limit for one submission (--submission-timeout), while "
     "running cell a1; no question was graded",
     "not graded: the grading process died while running cell a1; grade it again",
