@@ -52,12 +52,12 @@ __all__ = [
     "PAUSED_FORMAT",
     "PausedRun",
     "run_with_approvals",
-    "continue_with_approvals",
     "paused_from_json",
     "ApprovalDecision",
     "approve",
     "deny",
     "resume_with_decisions",
+    "continue_with_approvals",
     "Crash",
     "Lookup",
     "keyed_refunds",
@@ -323,23 +323,6 @@ def run_with_approvals(task: str, model: Any, tools: dict[str, ToolSpec],
     return _approval_loop(run_id, state, model, tools, policy, limits)
 
 
-def continue_with_approvals(run_id: str, state: RunState, model: Any,
-                            tools: dict[str, ToolSpec],
-                            policy: ApprovalPolicy, limits: Limits = Limits(),
-                            ) -> RunResult | PausedRun:
-    """Carry on a run whose model call failed, from the failure's ``.state``.
-
-    The state must be a whole one (every call answered), as Chapter 1
-    checks it; one that ends in an answer is finished and is refused.
-    """
-    checked = _checked_state({**_state_data(state),
-                              "format": RUN_STATE_FORMAT})
-    last = checked.messages[-1]
-    if last.get("role") == "assistant" and not parse_tool_calls(last):
-        raise ValueError("this run has finished: there is nothing to carry on")
-    return _approval_loop(run_id, state, model, tools, policy, limits)
-
-
 # From chapters/02_durable.ipynb, cell saved-text
 def _loaded(text: str, what: str) -> Any:
     """Parse saved JSON, or say that it is not JSON."""
@@ -556,6 +539,23 @@ def resume_with_decisions(paused: PausedRun,
            for call, seen in zip(proposals, settled, strict=True)):
         return RunResult(Stop.NO_PROGRESS, None, state)
     return _approval_loop(paused.run_id, state, model, tools, policy, limits)
+
+
+def continue_with_approvals(run_id: str, state: RunState, model: Any,
+                            tools: dict[str, ToolSpec],
+                            policy: ApprovalPolicy, limits: Limits = Limits(),
+                            ) -> RunResult | PausedRun:
+    """Carry on a run whose model call failed, from the failure's ``.state``.
+
+    The state must be a whole one (every call answered), as Chapter 1
+    checks it; one that ends in an answer is finished and is refused.
+    """
+    checked = _checked_state({**_state_data(state),
+                              "format": RUN_STATE_FORMAT})
+    last = checked.messages[-1]
+    if last.get("role") == "assistant" and not parse_tool_calls(last):
+        raise ValueError("this run has finished: there is nothing to carry on")
+    return _approval_loop(run_id, state, model, tools, policy, limits)
 
 
 # From chapters/02_durable.ipynb, cell crash
