@@ -296,6 +296,26 @@ def _strict_json(text: str) -> Any:
     return json.loads(text, parse_constant=_finite, parse_float=_finite)
 
 
+# From chapters/01_anatomy.ipynb, cell arguments-problem
+_MAX_DEPTH = 64  # deeper nesting than any message needs
+
+
+def _arguments_problem(arguments: Any) -> str | None:
+    """Say why decoded arguments cannot be a call's, or return None."""
+    if not isinstance(arguments, dict):
+        kind = type(arguments).__name__
+        return f"arguments must be a JSON object, got {kind}"
+    level, depth = [arguments], 0
+    while level:  # the containers ``depth`` levels down, one level a pass
+        if depth > _MAX_DEPTH:
+            return f"arguments nest deeper than {_MAX_DEPTH} levels"
+        level = [child for item in level
+                 for child in (item.values() if type(item) is dict else item)
+                 if type(child) in (dict, list)]
+        depth += 1
+    return None
+
+
 # From chapters/01_anatomy.ipynb, cell parse-tool-calls
 def _parse_entry(entry: Any, index: int) -> ToolCall:
     """Turn one ``tool_calls`` entry into a ToolCall, never raising."""
@@ -311,11 +331,8 @@ def _parse_entry(entry: Any, index: int) -> ToolCall:
         arguments = _strict_json(function["arguments"])
     except (ValueError, RecursionError):  # bad JSON, or nested too deeply
         return ToolCall(call_id, name, None, "arguments were not valid JSON")
-    if not isinstance(arguments, dict):
-        kind = type(arguments).__name__
-        problem = f"arguments must be a JSON object, got {kind}"
-        return ToolCall(call_id, name, None, problem)
-    return ToolCall(call_id, name, arguments)
+    problem = _arguments_problem(arguments)
+    return ToolCall(call_id, name, None if problem else arguments, problem)
 
 
 def parse_tool_calls(message: Any) -> list[ToolCall]:
@@ -708,9 +725,6 @@ class _ModelView:
 
 
 # From chapters/01_anatomy.ipynb, cell json-copy
-_MAX_DEPTH = 64  # deeper nesting than any message needs
-
-
 def _json_copy(value: Any, depth: int = 0) -> tuple[Any, str | None]:
     """``value`` copied in JSON's types; what is not (a Decimal, a tuple,
     a NaN, a key that is not text) becomes a note, and is named second."""

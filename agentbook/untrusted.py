@@ -366,6 +366,7 @@ _LOOK_ALIKES = (
     "oΟοσОоՕօჿዐᴏᴑⲞⲟⵔꓳꬽ pΡρРрᏢᑭᴘⲢⲣꓑ qԚԛգզⵕ rƦʀгᎡᏒᖇᴦⲅꓣꭇꭈꮁ sƽЅѕՏᏕᏚꓢꜱꮪ tΤТᎢᴛⲦꓔ "
     "uʋυՍսሀᑌᴜꓴꞟꭎꭒ vνѴѵᏙᐯᴠⴸꓦꮩ wɯѡԜԝաᎳᏔᴡꓪꮃ xΧχХхᕁᕽᚷⲬⵝꓫꞳ yɣʏΥγУуҮүყᎩᎽᶌỿⲨꓬꭚ "
     "zΖᏃᴢꓜꮓ")
+_ENCLOSED = (0x1F150, 0x1F170, 0x1F1E6)  # A-Z runs NFKD leaves enclosed
 
 
 @functools.cache
@@ -378,6 +379,9 @@ def _as_read(char: str) -> str:
         return str(unicodedata.decimal(char))
     if kind in ("Mn", "Me", "Cf") or char in "\u115f\u1160\u3164":
         return ""
+    for start in _ENCLOSED:  # negative circled or squared, regional letters
+        if start <= ord(char) < start + 26:
+            return chr(ord(char) - start + ord("a"))
     return next((group[0] for group in _LOOK_ALIKES.split()
                  if char in group[1:]), char)
 
@@ -436,17 +440,18 @@ def _vouches(text: str, piece: str) -> bool:
 
 # From chapters/03_untrusted.ipynb, cell provenance-readings
 # A number as written: digits with points, commas or apostrophes between
-# them, perhaps a power of ten; not inside a word, a date or a time.
-_NUMBER_WORD = r"(?<![\w.,'/:-])[.,]?\d[\d.,']*+(?:e[+-]?\d++)?+(?![\w/:-])"
+# them, maybe a power of ten or a k; not inside a word, a date or a time.
+_NUMBER_WORD = r"(?<![\w.,'/:-])[.,]?\d[\d.,']*+(?:e[+-]?\d++|k)?+(?![\w/:-])"
+_SPELLED = r"(?<=\s)(?:at|dot)(?=\s)|[\[({] ?(?:at|dot) ?[\])}]"  # @ and .
 
 
 def _plain_numbers(text: str) -> list[str]:
-    """Each number in ``text`` in plain form, read with its last point or
-    comma as the decimal mark, and without: 04500 and 4.5e3 as 4500,
-    1.000 as 1 and as 1000."""
+    """Each number in ``text`` in plain form, its last point or comma read
+    as a decimal mark and not: 4.5e3 and 4.5k as 4500, 1.000 as 1 and 1000."""
     plain = []
     for word in re.findall(_NUMBER_WORD, text):
-        digits, _, power = word.replace("'", "").rstrip(".,").partition("e")
+        digits, _, power = word.replace("'", "").rstrip(".,k").partition("e")
+        power = power or ("3" if word.endswith("k") else "")
         *whole, last = re.split("[.,]", digits)
         readings = {("".join(whole) + last, "0")} | (
             {("".join(whole) or "0", last)} if whole else set())
@@ -456,18 +461,19 @@ def _plain_numbers(text: str) -> list[str]:
     return plain
 
 
-@functools.lru_cache(maxsize=32)
 def _compact(text: str, latin: bool) -> tuple[str, bytes]:
     """``text``'s letters and digits run together, o as 0 and l and i as 1,
-    and a mark (1) at each place where a word ended between them. The text
-    counts as written, with HTML entities and %-escapes decoded, and with
-    its numbers in plain form. A run of digits is a word of its own (4500
+    with a mark (1) wherever a word ended between them. The text counts as
+    written, with HTML entities and %-escapes decoded, with its numbers in
+    plain form, and once more without the " at ", " dot ", "[at]" or "(dot)"
+    that write an address's @ and . in words. A run of digits is a word (4500
     in 4500cents); for a ``latin`` value, any other character ends one."""
     decoded = html.unescape(urllib.parse.unquote(text))
     readings = [_canonical(seen) for seen in dict.fromkeys([text, decoded])]
-    readings += _plain_numbers(" ".join(readings))
+    read = "\n".join([*readings, *_plain_numbers(" ".join(readings))])
+    spelled = re.sub(_SPELLED, " ", read)
     words = re.findall("[a-z]+|[0-9]+" if latin else r"[^\W\d_]+|\d+",
-                       "\n".join(readings))
+                       read if spelled == read else f"{read}\n{spelled}")
     ends = bytearray(sum(map(len, words)) + 1)
     for end in itertools.accumulate(map(len, words), initial=0):
         ends[end] = 1
@@ -484,16 +490,20 @@ def _target(piece: str) -> str:
     return "".join(words).translate(str.maketrans("oli", "011"))
 
 
-def _seen(piece: str, text: str) -> bool:
+_Compact = Callable[[str, bool], tuple[str, bytes]]  # _compact, or a cache
+
+
+def _seen(piece: str, text: str, compact: _Compact = _compact) -> bool:
     """Whether untrusted ``text`` writes ``piece`` in any way a reader
     would still take for it: its letters and digits, in order, starting
     and ending where words do, anything else between them. After a miss
     the search goes on from the next word; a value that starts word after
-    word but never ends with one is a doubt, and counts as seen."""
+    word but never ends with one is a doubt, and counts as seen. The text
+    is read through ``compact``: a record passes its cache of texts."""
     target = _target(piece)
     if not target:
         return False
-    letters, ends = _compact(text, target.isascii())
+    letters, ends = compact(text, target.isascii())
     tries = 4 * len(letters) // len(target) + 64  # keeps the work linear
     start = letters.find(target)
     while start != -1 and tries:
@@ -530,16 +540,17 @@ def _named_inside(piece: str) -> list[str]:
             if name != piece and _names_something(name)]
 
 
-def _first_sightings(values: list[str], sightings: list[tuple[bool, str]]
-                     ) -> dict[str, bool]:
+def _first_sightings(values: list[str], sightings: list[tuple[bool, str]],
+                     compact: _Compact = _compact) -> dict[str, bool]:
     """Where each of ``values`` was first seen: True in trusted text, False
     in untrusted; a value never seen is left out. Each text is read once,
-    for all the values, so a run that has read many texts stays quick."""
+    for all the values, through ``compact``; with a record's cache, once a
+    run, so a run that has read many texts stays quick."""
     first: dict[str, bool] = {}
     for trusted, text in sightings:
         for value in values:
             if value not in first and (_vouches(text, value) if trusted
-                                       else _seen(value, text)):
+                                       else _seen(value, text, compact)):
                 first[value] = trusted
     return first
 
@@ -553,6 +564,7 @@ class ProvenanceRecord:
     def __init__(self, trusted_texts: Iterable[str]) -> None:
         self.sightings = [(True, str(text)) for text in trusted_texts]
         self.reads: set[str] = set()
+        self._compacted = functools.cache(_compact)  # each text, once a run
 
     def wrap(self, tools: dict[str, ToolSpec], *,
              trusted: Iterable[str] = ()) -> dict[str, ToolSpec]:
@@ -575,13 +587,12 @@ class ProvenanceRecord:
         return handler
 
     def first_untrusted(self, arguments: dict[str, Any] | None) -> str | None:
-        """A value in ``arguments`` first seen in untrusted text, if any, or
-        an identifier quoted in a value never seen whole."""
+        """A value of ``arguments``, or a name one quotes, seen untrusted."""
         pieces = list(dict.fromkeys(_pieces(list((arguments or {}).values()))))
-        first = _first_sightings(pieces, self.sightings)
+        first = _first_sightings(pieces, self.sightings, self._compacted)
         quoted = [name for piece in pieces if piece not in first
                   for name in _named_inside(piece)]
-        first |= _first_sightings(quoted, self.sightings)
+        first |= _first_sightings(quoted, self.sightings, self._compacted)
         return next((value for value in [*pieces, *quoted]
                      if first.get(value) is False), None)
 

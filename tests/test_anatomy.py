@@ -497,6 +497,42 @@ def test_run_agent_survives_deeply_nested_arguments(desk):
     assert effects == []
 
 
+def nested_lists(depth: int) -> list[Any]:
+    """``depth`` lists inside one another, built without recursion."""
+    value: list[Any] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def pay_to(depth: int) -> dict[str, Any]:
+    """A payment whose one argument nests ``depth`` levels below the object."""
+    return assistant(entry("c1", "pay", json.dumps({"to": nested_lists(depth)})))
+
+
+@pytest.mark.parametrize("depth", [65, 500, 900])
+def test_arguments_nested_past_the_cap_are_refused_before_the_gate_or_the_copy(depth):
+    # The reply's own depth cap never sees them: on the wire they are one string.
+    paid: list[Any] = []
+    tools = {"pay": ToolSpec("Pay.", {"to": list}, lambda to: paid.append(to), effectful=True)}
+    gate = RecordingGate()
+    model = ScriptedModel(turns=[pay_to(depth), answer_message("ok")])
+    result = run_agent("pay", model, tools, gate)
+    assert result.stop is Stop.ANSWERED
+    assert [(o.kind, o.content) for o in result.state.observations] == [
+        ("invalid", "arguments nest deeper than 64 levels")]
+    assert gate.seen == [] and paid == []
+
+
+def test_arguments_nested_to_the_cap_still_run():
+    paid: list[Any] = []
+    tools = {"pay": ToolSpec("Pay.", {"to": list}, lambda to: paid.append(to), effectful=True)}
+    model = ScriptedModel(turns=[pay_to(64), answer_message("ok")])
+    result = run_agent("pay", model, tools, allow_all)
+    assert [o.kind for o in result.state.observations] == ["result"]
+    assert paid == [nested_lists(64)]
+
+
 # ------------------------------------------ Stop, Limits, Observation, tokens
 
 

@@ -20,7 +20,8 @@ sandbox reports what one run of a short program in Chapter 3's sandbox costs, ag
 the same interpreter bare.
 provenance: one check of a value against a 100 kB untrusted result built to make a
 backtracking search retry at every word, or a repeated search re-read the same letters, each
-under 0.1 s; and ten values checked after a run read 100 results of 14 kB, under 1 s.
+under 0.1 s; and ten values checked after a run read 100 results of 14 kB, under 1 s, and
+again in the same run (each text read once a run), under 0.1 s.
 correct grades the correct submission with this checkout and with another (DIR, such as the
 main branch before a change to grading), alternating, each with the autograder zip its own
 code builds: a correct submission should grade no more than 10% slower after a change.
@@ -466,7 +467,6 @@ def bench_provenance(runs: int) -> None:
     import re
 
     from agentbook import ProvenancePolicy
-    from agentbook.untrusted import _compact
 
     value = "a" * 299 + "b"
     hostile = "a-" * 50_000 + value  # every word starts a long partial match
@@ -476,7 +476,6 @@ def bench_provenance(runs: int) -> None:
             policy = ProvenancePolicy([""])
             policy.sightings.append((False, text))
             assert (policy.first_untrusted({"value": piece}) == piece) is found
-            _compact.cache_clear()
         return run
 
     backtracking = re.compile(r"(?<![^\W_])" + r"[\W_]*".join(value) + r"(?![^\W_])")
@@ -489,7 +488,7 @@ def bench_provenance(runs: int) -> None:
     report("provenance check, 100 kB of short words", [
         timed(check("ab " * 33_333, "ab" * 1_000 + "a", True)) for _ in range(runs)])
     # A run that has read 100 results of 14 kB with accented letters, checking 10 values:
-    # more texts than the matcher's cache holds, so each is read again at every check.
+    # the first check reads every text, and the next ones find them read.
     rng = random.Random(1)
     words = ["Zürich", "café", "naïve", "Straße", "order", "refund", "ÀÉÎÕÜ"]
     texts = [" ".join(rng.choice(words) + str(rng.randrange(1000)) for _ in range(1500))
@@ -502,6 +501,11 @@ def bench_provenance(runs: int) -> None:
         assert policy.first_untrusted(values) is None
 
     report("provenance check after 100 results of 14 kB", [timed(long_run) for _ in range(runs)])
+    policy = ProvenancePolicy([""])
+    policy.sightings += [(False, text) for text in texts]
+    policy.first_untrusted(values)
+    report("the next check in the same run", [
+        timed(lambda: policy.first_untrusted(values)) for _ in range(runs)])
     report("the same search as one regular expression",
            [timed(lambda: backtracking.search(hostile)) for _ in range(min(runs, 3))])
 
