@@ -309,6 +309,27 @@ def test_a_ctypes_callback_still_works_without_memfd_create() -> None:
     assert run(code)["output"] == "7\n"
 
 
+@needs_sandbox
+def test_what_the_child_still_shares_with_the_host() -> None:
+    # The rows of the chapter's table that nothing here stops, shown: the child runs on the
+    # host's kernel and reads what it says of the host (its release, its memory), the
+    # interpreter's path and the loader's list of libraries; it holds a lock on a file the host
+    # shares, and kernel memory in sockets up to its open files; and no core file, but a
+    # crash would still go to the host's handler.
+    code = ("import fcntl, os, resource, socket, sys\n"
+            "print(os.uname().release, os.sysconf('SC_PHYS_PAGES'), sys.executable)\n"
+            "print(os.path.exists('/etc/ld.so.cache'))\n"
+            "fcntl.flock(os.open(os.__file__, os.O_RDONLY), fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+            "pairs = [socket.socketpair() for _ in range(30)]\n"
+            "print('locked', len(pairs), resource.getrlimit(resource.RLIMIT_NOFILE),\n"
+            "      resource.getrlimit(resource.RLIMIT_CORE))")
+    python = untrusted._python_files()[0]
+    seen = run(code)
+    assert seen["output"] == (
+        f"{os.uname().release} {os.sysconf('SC_PHYS_PAGES')} {python}\n"
+        f"{Path('/etc/ld.so.cache').exists()}\nlocked 30 (64, 64) (0, 0)\n"), seen
+
+
 # ---------------------------------------------------------------------------------------------
 # The limits
 
