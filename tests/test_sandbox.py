@@ -487,6 +487,39 @@ def test_where_something_is_missing_the_tool_refuses_and_names_it(
         run_sandboxed("print(1)", SandboxLimits())
 
 
+def test_the_reader_notebook_runs_to_the_end_without_bubblewrap_or_the_results(
+        tmp_path: Path) -> None:
+    # As on Binder, Colab or a Mac: no bwrap on PATH. The notebook alone, as a download is, so
+    # figures/ is not beside it, and any fetch of the results goes to a proxy that refuses.
+    import nbformat
+    from nbclient import NotebookClient
+
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    notebook = nbformat.read(REPO_ROOT / "notebooks" / "03_untrusted.ipynb", as_version=4)
+    environment = {"PATH": os.path.dirname(sys.executable), "HOME": str(tmp_path),
+                   "https_proxy": "http://127.0.0.1:9", "PYTHONHASHSEED": "0"}
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(environment)  # the kernel's environment is the test's own
+    try:
+        NotebookClient(notebook, timeout=60, kernel_name="python3",
+                       resources={"metadata": {"path": str(folder)}}).execute()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    printed = {cell.id: "".join(output.get("text", "") for output in cell.outputs)
+               for cell in notebook.cells if cell.cell_type == "code"}
+    for cell in ("escapes", "sandbox-agent"):
+        assert printed[cell].startswith("This cell needs the sandbox, which cannot run here: "
+                                        "bubblewrap is not installed"), printed[cell]
+    assert printed["agentdojo-load"] == (
+        "The banking results are not here: run python3 dev.py book.\n"
+        "The slack results are not here: run python3 dev.py book.\n")
+    figure = next(cell for cell in notebook.cells if cell.id == "agentdojo-figure")
+    assert figure.outputs == []
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="the trial run starts bubblewrap on Linux")
 def test_where_bubblewrap_cannot_start_the_refusal_carries_its_complaint(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
