@@ -499,15 +499,8 @@ def test_the_reader_notebook_runs_to_the_end_without_bubblewrap_or_the_results(
     notebook = nbformat.read(REPO_ROOT / "notebooks" / "03_untrusted.ipynb", as_version=4)
     environment = {"PATH": os.path.dirname(sys.executable), "HOME": str(tmp_path),
                    "https_proxy": "http://127.0.0.1:9", "PYTHONHASHSEED": "0"}
-    saved = dict(os.environ)
-    os.environ.clear()
-    os.environ.update(environment)  # the kernel's environment is the test's own
-    try:
-        NotebookClient(notebook, timeout=60, kernel_name="python3",
-                       resources={"metadata": {"path": str(folder)}}).execute()
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    NotebookClient(notebook, timeout=60, kernel_name="python3",
+                   resources={"metadata": {"path": str(folder)}}).execute(env=environment)
     printed = {cell.id: "".join(output.get("text", "") for output in cell.outputs)
                for cell in notebook.cells if cell.cell_type == "code"}
     for cell in ("escapes", "sandbox-agent"):
