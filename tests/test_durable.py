@@ -727,14 +727,14 @@ def test_a_reply_json_cannot_carry_pays_nothing_in_the_run_or_its_recovery(
 # ------------------------------------------------------ the chapter's table of attacks
 
 
-def test_every_test_the_chapters_tables_name_exists_in_their_file() -> None:
-    """Each table of "What can still go wrong" names its file in its header, and each row
-    the tests in that file that fail without the row's defense."""
+def check_the_tables_test_names(chapter: str) -> tuple[int, int]:
+    """Check a chapter's tables of "What can still go wrong": each names its file in its
+    header, and each row the tests in that file that fail without the row's defense (or show
+    the limit it names). Returns how many rows and test names it read."""
     folder = Path(__file__).parent
-    chapter = json.loads((folder.parent / "chapters" / "02_durable.ipynb").read_text(
-        encoding="utf-8"))
-    text = "".join("".join(cell["source"]) for cell in chapter["cells"]
-                   if cell["cell_type"] == "markdown")
+    notebook = json.loads((folder.parent / "chapters" / chapter).read_text(encoding="utf-8"))
+    text = "\n".join("".join(cell["source"]) for cell in notebook["cells"]
+                     if cell["cell_type"] == "markdown")
     source, rows, named = "", 0, 0
     for line in text.splitlines():
         header = re.match(r"\| Attack .*\| Test in `tests/(test_\w+\.py)` \|$", line)
@@ -745,4 +745,9 @@ def test_every_test_the_chapters_tables_name_exists_in_their_file() -> None:
             for name in re.findall(r"`(test_\w+)`", line.rstrip(" |").rsplit("| ", 1)[1]):
                 assert re.search(rf"^def {name}\(", source, re.MULTILINE), (line, name)
                 named += 1
+    return rows, named
+
+
+def test_every_test_the_chapters_tables_name_exists_in_their_file() -> None:
+    rows, named = check_the_tables_test_names("02_durable.ipynb")
     assert rows >= 15 and named >= 20

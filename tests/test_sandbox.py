@@ -309,6 +309,27 @@ def test_a_ctypes_callback_still_works_without_memfd_create() -> None:
     assert run(code)["output"] == "7\n"
 
 
+@needs_sandbox
+def test_what_the_child_still_shares_with_the_host() -> None:
+    # The rows of the chapter's table that nothing here stops, shown: the child runs on the
+    # host's kernel and reads what it says of the host (its release, its memory), the
+    # interpreter's path and the loader's list of libraries; it holds a lock on a file the host
+    # shares, and kernel memory in sockets up to its open files; and no core file, but a
+    # crash would still go to the host's handler.
+    code = ("import fcntl, os, resource, socket, sys\n"
+            "print(os.uname().release, os.sysconf('SC_PHYS_PAGES'), sys.executable)\n"
+            "print(os.path.exists('/etc/ld.so.cache'))\n"
+            "fcntl.flock(os.open(os.__file__, os.O_RDONLY), fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+            "pairs = [socket.socketpair() for _ in range(30)]\n"
+            "print('locked', len(pairs), resource.getrlimit(resource.RLIMIT_NOFILE),\n"
+            "      resource.getrlimit(resource.RLIMIT_CORE))")
+    python = untrusted._python_files()[0]
+    seen = run(code)
+    assert seen["output"] == (
+        f"{os.uname().release} {os.sysconf('SC_PHYS_PAGES')} {python}\n"
+        f"{Path('/etc/ld.so.cache').exists()}\nlocked 30 (64, 64) (0, 0)\n"), seen
+
+
 # ---------------------------------------------------------------------------------------------
 # The limits
 
@@ -464,6 +485,32 @@ def test_where_something_is_missing_the_tool_refuses_and_names_it(
         sandboxed_python_tool()
     with pytest.raises(OSError, match="no sandbox here: "):
         run_sandboxed("print(1)", SandboxLimits())
+
+
+def test_the_reader_notebook_runs_to_the_end_without_bubblewrap_or_the_results(
+        tmp_path: Path) -> None:
+    # As on Binder, Colab or a Mac: no bwrap on PATH. The notebook alone, as a download is, so
+    # figures/ is not beside it, and any fetch of the results goes to a proxy that refuses.
+    import nbformat
+    from nbclient import NotebookClient
+
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    notebook = nbformat.read(REPO_ROOT / "notebooks" / "03_untrusted.ipynb", as_version=4)
+    environment = {"PATH": os.path.dirname(sys.executable), "HOME": str(tmp_path),
+                   "https_proxy": "http://127.0.0.1:9", "PYTHONHASHSEED": "0"}
+    NotebookClient(notebook, timeout=60, kernel_name="python3",
+                   resources={"metadata": {"path": str(folder)}}).execute(env=environment)
+    printed = {cell.id: "".join(output.get("text", "") for output in cell.outputs)
+               for cell in notebook.cells if cell.cell_type == "code"}
+    for cell in ("escapes", "sandbox-agent"):
+        assert printed[cell].startswith("This cell needs the sandbox, which cannot run here: "
+                                        "bubblewrap is not installed"), printed[cell]
+    assert printed["agentdojo-load"] == (
+        "The banking results are not here: run python3 dev.py book.\n"
+        "The slack results are not here: run python3 dev.py book.\n")
+    figure = next(cell for cell in notebook.cells if cell.id == "agentdojo-figure")
+    assert figure.outputs == []
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="the trial run starts bubblewrap on Linux")

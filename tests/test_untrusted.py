@@ -43,6 +43,7 @@ from agentbook import (
     tool_call_message,
 )
 from agentbook import untrusted
+from tests.test_durable import check_the_tables_test_names
 
 TASK = "My kettle, order A-17, arrived with a cracked lid. Please make this right."
 PLAN = [{"tool": "lookup_order", "arguments": {"order_id": "A-17"}},
@@ -619,3 +620,12 @@ def test_a_tool_the_desk_cannot_place_is_refused_by_the_scope_until_its_owner_is
         assert seen.kind == "error" and "refused" in seen.content
     assert cancelled == [] and effects == []
     assert owner("read_reviews", {"product": "kettle"}) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# The chapter's tables of what can still go wrong
+
+
+def test_every_test_the_chapters_tables_name_exists_in_their_file() -> None:
+    rows, named = check_the_tables_test_names("03_untrusted.ipynb")
+    assert rows >= 26 and named >= 32
