@@ -303,17 +303,20 @@ def test_a_main_block_goes_last_and_runs_only_as_a_command(tmp_path: Path) -> No
         tmp_path,
         "01_anatomy.ipynb",
         new_code_cell('# @save\nimport sys\n\n\ndef main() -> int:\n    return helper()\n\n\n'
-                      'if __name__ == "__main__":\n    sys.exit(main())', id="command"),
+                      'if __name__ == "__main__" and __spec__ is not None:\n'
+                      '    sys.exit(main())', id="command"),
         new_code_cell("# @save\ndef helper() -> int:\n    return 7", id="later"),
     )
     text = build_modules(tmp_path)[ANATOMY]
     assert text.endswith('# From chapters/01_anatomy.ipynb, cell command\n'
-                         'if __name__ == "__main__":\n    sys.exit(main())\n')
+                         'if __name__ == "__main__" and __spec__ is not None:\n'
+                         '    sys.exit(main())\n')
     assert text.index("def helper") < text.index("__main__")
     imported: dict[str, object] = {"__name__": "agentbook.anatomy"}
     exec(compile(text, str(ANATOMY), "exec"), imported)  # imported: nothing runs
-    with pytest.raises(SystemExit) as ran:
-        exec(compile(text, str(ANATOMY), "exec"), {"__name__": "__main__"})
+    exec(compile(text, str(ANATOMY), "exec"), {"__name__": "__main__", "__spec__": None})
+    with pytest.raises(SystemExit) as ran:  # as `python -m` runs it
+        exec(compile(text, str(ANATOMY), "exec"), {"__name__": "__main__", "__spec__": "spec"})
     assert ran.value.code == 7
 
 

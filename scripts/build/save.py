@@ -6,8 +6,8 @@
 A saved cell (first line `# @save`) may hold only imports, definitions and constants, so that
 importing the package does nothing else; its imports are merged at the module's top, and its
 code follows under a comment naming the cell. One cell of a notebook may also hold the module's
-`if __name__ == "__main__":` block, which runs only when the module is a command
-(`python -m agentbook.NAME`); it goes last in the module, after every definition it may use.
+`if __name__ == "__main__":` block (`and` more conditions, perhaps), which runs only when the
+module is a command (`python -m agentbook.NAME`); it goes last, after every definition it uses.
 A cell that breaks these rules, does not parse, or saves a name already saved stops the build
 with a SaveError naming the notebook and the cell.
 """
@@ -180,8 +180,11 @@ def parse_cell(cell: SavedCell) -> ParsedCell:
 
 
 def _is_main_block(stmt: ast.stmt) -> bool:
-    """Whether ``stmt`` is `if __name__ == "__main__":` with no else, the command's entry."""
+    """Whether ``stmt`` is `if __name__ == "__main__":` with no else, the command's entry,
+    perhaps with more conditions after an `and` (a notebook runs as "__main__" too)."""
     test = stmt.test if isinstance(stmt, ast.If) and not stmt.orelse else None
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        test = test.values[0]
     return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name)
             and test.left.id == "__name__" and len(test.ops) == 1
             and isinstance(test.ops[0], ast.Eq)
