@@ -49,10 +49,7 @@ LOADS_LIBRARY = {name: "builds OpenTelemetry spans; the page's Python has no Ope
                  for name in ("run_spans", "spans_to_otlp_json")}
 LOADS_LIBRARY |= {name: "starts a sandboxed Python process, which a browser cannot"
                   for name in ("sandboxed_python_tool", "run_sandboxed")}
-LOADS_LIBRARY |= {name: "starts an MCP server, another process, which a browser cannot"
-                  for name in ("mcp_tools", "serve_stdio", "serve_carrier")}
-LOADS_LIBRARY |= {name: "checks JSON Schema with jsonschema, which the page's Python lacks"
-                  for name in ("served_tools", "contract_from", "schema_problem")}
+LOADS_LIBRARY["mcp_tools"] = "starts an MCP server, another process, which a browser cannot"
 # Cells whose own job has no meaning in the page, by notebook cell id, with the reason.
 NOT_IN_PAGE = {
     "install-agentbook": "installs agentbook on Colab; the page has it already",
