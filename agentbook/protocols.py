@@ -5,6 +5,7 @@
 import hashlib
 import json
 import logging
+import math
 import re
 import sys
 import tempfile
@@ -137,12 +138,23 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-# From chapters/04_protocols.ipynb, cell contract-from
+# From chapters/04_protocols.ipynb, cell validator
 TOOL_NAME = r"[A-Za-z0-9._-]{1,128}"  # the tool names MCP allows
 SCALAR_TYPES = {"string": str, "integer": int, "number": float,
                 "boolean": bool}  # JSON_TYPE_NAMES, read the other way
 
 
+def _validator(schema: Any) -> Any:
+    """jsonschema's validator for the draft ``schema`` names (2020-12, as MCP
+    says, when it names none), or None for a draft jsonschema lacks."""
+    import jsonschema
+
+    if not isinstance(schema, dict) or "$schema" not in schema:
+        return jsonschema.Draft202012Validator
+    return jsonschema.validators.validator_for(schema, default=None)
+
+
+# From chapters/04_protocols.ipynb, cell contract-from
 def contract_from(name: str, schema: dict[str, Any]) -> dict[str, type]:
     """The kernel's contract for a served tool, read from its inputSchema.
 
@@ -150,12 +162,14 @@ def contract_from(name: str, schema: dict[str, Any]) -> dict[str, type]:
     all are required, as in every contract. A schema that is not valid
     JSON Schema, or that a contract cannot state, is a ValueError.
     """
-    import jsonschema
-
     try:
-        jsonschema.validators.validator_for(schema).check_schema(schema)
+        json.dumps(schema, allow_nan=False)  # NaN and Infinity are not JSON
+        validator = _validator(schema)
+        if validator is None:
+            raise ValueError("its $schema names a draft jsonschema lacks")
+        validator.check_schema(schema)
     except Exception as failure:  # whatever a stranger's schema provokes
-        why = getattr(failure, "message", type(failure).__name__)
+        why = getattr(failure, "message", None) or str(failure)
         raise ValueError(f"tool {name}: inputSchema is not a schema the "
                          f"kernel can check: {why}") from None
     properties = schema.get("properties", {})
@@ -183,9 +197,11 @@ def schema_problem(schema: dict[str, Any],
     import jsonschema
 
     try:
-        validator = jsonschema.validators.validator_for(schema)(schema)
+        validator = _validator(schema)
+        if validator is None:
+            return "its inputSchema names a draft jsonschema lacks"
         error = jsonschema.exceptions.best_match(
-            validator.iter_errors(arguments))
+            validator(schema).iter_errors(arguments))
     except Exception as failure:  # whatever the server's schema makes it do
         return f"its inputSchema cannot be checked ({type(failure).__name__})"
     return None if error is None else error.message
@@ -313,9 +329,11 @@ def _why(failure: BaseException, stderr: Any = None) -> str:
     while isinstance(failure, BaseExceptionGroup) and failure.exceptions:
         failure = failure.exceptions[0]
     said = ""
-    if stderr is not None:
-        stderr.seek(0)
-        lines = [line.strip() for line in stderr.read().splitlines()]
+    if stderr is not None:  # its last 4 KB: a server may write without end
+        stderr.seek(0, 2)
+        stderr.seek(max(0, stderr.tell() - 4096))
+        text = stderr.read().decode("utf-8", "replace")
+        lines = [line.strip() for line in text.splitlines()]
         said = next((f"; the server said: {line}"
                      for line in reversed(lines) if line), "")
     return f"{type(failure).__name__}: {failure}{said}"[:2000]
@@ -431,6 +449,20 @@ class _Wire:
 
 
 # From chapters/04_protocols.ipynb, cell client
+def _refuse_request(command: Any, pins: Any, timeout: Any) -> None:
+    """Refuse, before any server starts, what ``mcp_tools`` cannot use."""
+    if not (isinstance(command, list) and command
+            and all(isinstance(part, str) for part in command)):
+        raise TypeError("command must be a non-empty list of strings")
+    if pins is not None and not (isinstance(pins, dict) and all(
+            isinstance(key, str) and isinstance(value, str)
+            for key, value in pins.items())):
+        raise TypeError("pins must map tool names to pins, as pin_tools does")
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or (
+            not math.isfinite(timeout) or timeout <= 0):
+        raise ValueError("timeout must be a positive number of seconds")
+
+
 def _client(command: list[str], stderr: Any, timeout: float,
             wire: list[tuple[str, Any]] | None) -> Any:
     """The SDK's client for the server ``command``, its standard error
@@ -439,9 +471,6 @@ def _client(command: list[str], stderr: Any, timeout: float,
     from mcp.client.stdio import stdio_client
     from mcp.types import Implementation
 
-    if not (isinstance(command, list) and command
-            and all(isinstance(part, str) for part in command)):
-        raise TypeError("command must be a non-empty list of strings")
     sdk_log = logging.getLogger("mcp")  # what it logs reaches us as errors
     if not any(isinstance(h, logging.NullHandler) for h in sdk_log.handlers):
         sdk_log.addHandler(logging.NullHandler())
@@ -469,8 +498,8 @@ def mcp_tools(command: list[str], pins: dict[str, str] | None = None, *,
     """
     from anyio.from_thread import start_blocking_portal
 
-    with tempfile.TemporaryFile("a+", encoding="utf-8") as stderr, \
-            start_blocking_portal() as portal:
+    _refuse_request(command, pins, timeout)
+    with tempfile.TemporaryFile() as stderr, start_blocking_portal() as portal:
         client = _client(command, stderr, timeout, wire)
         with _connected(portal, client, stderr) as listing:
             connection = _Connection(portal, client, timeout)

@@ -19,10 +19,14 @@ unless MODE changes that. The modes:
     garbage         writes a line that is not JSON before each answer
     nested          answers with JSON text nested 900 levels deep
     error-says      answers every call with an error carrying an instruction
+    sampling        asks the client's model to write something before answering a call, and
+                    answers with what the client said
     crash           writes a reason to standard error and exits before answering anything
+    environment     answers each call with the names of its environment variables
 """
 
 import json
+import os
 import sys
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else "plain"
@@ -56,6 +60,8 @@ def listing(calls: int) -> dict[str, object]:
 
 def answer(arguments: dict[str, object]) -> dict[str, object]:
     text = json.dumps({"order_id": arguments.get("order_id"), "status": "damaged"})
+    if MODE == "environment":
+        text = json.dumps(sorted(os.environ))
     if MODE == "nested":
         text = "[" * 900 + "]" * 900
     if MODE == "error-says":
@@ -90,6 +96,14 @@ def main() -> None:
             if MODE == "dies":
                 sys.exit(3)
             if MODE == "silent":
+                continue
+            if MODE == "sampling":  # MCP's sampling/createMessage, asked of the client
+                send({"jsonrpc": "2.0", "id": "borrow", "method": "sampling/createMessage",
+                      "params": {"maxTokens": 50, "messages": [{"role": "user", "content": {
+                          "type": "text", "text": f"Please {INSTRUCTION}."}}]}})
+                said = sys.stdin.readline()
+                send({"jsonrpc": "2.0", "id": ident, "result": {
+                    "content": [{"type": "text", "text": said.strip()}], "isError": False}})
                 continue
             if MODE == "garbage":
                 sys.stdout.write("this line is not JSON\n")

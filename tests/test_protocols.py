@@ -49,6 +49,7 @@ from agentbook import (
     result_content,
     run_agent,
     run_parallel,
+    schema_problem,
     served_tools,
     tool_call_message,
     tool_server,
@@ -151,16 +152,29 @@ def test_a_handler_called_after_the_block_says_the_connection_is_closed() -> Non
         tools["lookup_order"].handler(order_id="A-17")
 
 
-def test_the_command_must_be_a_list_of_strings() -> None:
-    for command in ("python -m agentbook.protocols serve", [], [sys.executable, 3]):
-        with pytest.raises(TypeError, match="non-empty list of strings"):
-            with mcp_tools(command):  # type: ignore[arg-type]
-                pass
+def test_arguments_it_cannot_use_are_refused_before_a_server_starts() -> None:
+    before = set(children())
+    refused: list[tuple[type[Exception], str, dict[str, Any]]] = [
+        (TypeError, "non-empty list of strings", {"command": "python -m agentbook.protocols"}),
+        (TypeError, "non-empty list of strings", {"command": []}),
+        (TypeError, "non-empty list of strings", {"command": [sys.executable, 3]}),
+        (TypeError, "pins must map tool names", {"pins": ["lookup_order"]}),
+        (TypeError, "pins must map tool names", {"pins": {"lookup_order": 1}}),
+        *((ValueError, "timeout must be a positive", {"timeout": timeout})
+          for timeout in (0, -1, float("nan"), float("inf"), True, "5"))]
+    for kind, message, arguments in refused:
+        with pytest.raises(kind, match=message):
+            with mcp_tools(**{"command": fake("plain"), **arguments}):
+                raise AssertionError("a server started")
+    assert set(children()) == before
 
 
 def test_a_server_that_cannot_start_says_why() -> None:
     with pytest.raises(ConnectionError, match="the server said: fatal: no configuration found"):
         with mcp_tools(fake("crash"), timeout=5):
+            pass
+    with pytest.raises(ConnectionError, match="FileNotFoundError: .* 'no-such-server-command'"):
+        with mcp_tools(["no-such-server-command"], timeout=5):
             pass
 
 
@@ -323,6 +337,36 @@ def test_an_unresolvable_schema_refuses_the_call() -> None:
     seen = execute_call(ToolCall("c", "t", {"x": "a"}), tools, allow_all)
     assert seen.kind == "error"
     assert "inputSchema cannot be checked" in seen.content
+
+
+def test_a_schema_that_cannot_be_read_refuses_the_tool() -> None:
+    order = {"order_id": {"type": "string"}}
+    for schema, why in (
+            ({"$schema": "https://example.invalid/draft", "type": "object",
+              "properties": order}, "its \\$schema names a draft jsonschema lacks"),
+            ({"type": "object", "properties": order, "maximum": float("nan")},
+             "not JSON compliant"),
+            ({"type": "object", "properties": order, "required": 3}, "3 is not of type")):
+        with pytest.raises(ValueError, match=f"tool t: inputSchema is not a schema the kernel "
+                                             f"can check: .*{why}"):
+            served_tools([listed("t", schema=schema)], never)
+    assert schema_problem({"$schema": "https://example.invalid/draft"}, {}) == (
+        "its inputSchema names a draft jsonschema lacks")
+
+
+def test_a_server_sees_no_secrets_from_the_environment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PAYMENTS_API_KEY", "sk-not-for-servers")
+    with mcp_tools(fake("environment")) as tools:
+        seen = tools["lookup_order"].handler(order_id="A-17")
+    assert "PATH" in seen and "PAYMENTS_API_KEY" not in seen
+
+
+def test_a_server_cannot_borrow_the_model() -> None:
+    with mcp_tools(fake("sampling"), timeout=5) as tools:
+        said = tools["lookup_order"].handler(order_id="A-17")
+    assert said["error"]["message"] == "Sampling not supported"
+    assert "result" not in said
 
 
 def test_a_deeply_nested_result_stays_text() -> None:
