@@ -27,7 +27,7 @@ from scripts.checks.measure_pages import CHROMIUM_FLAGS, find_chromium
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTER = ROOT / "chapters" / "01_anatomy.ipynb"
 LIVE_PAGES = ("chapters/01_anatomy.html", "chapters/02_durable.html",
-              "chapters/03_untrusted.html",
+              "chapters/03_untrusted.html", "chapters/04_protocols.html",
               "chapters/a1_real_models.html",
               "chapters/a2_run_explorer.html")
 RUN_ALL_TIMEOUT = 120_000  # ms; Pyodide loads, then every cell runs
