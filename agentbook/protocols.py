@@ -36,7 +36,6 @@ __all__ = [
     "contract_schema",
     "tool_server",
     "serve_stdio",
-    "main",
     "TOOL_NAME",
     "SCALAR_TYPES",
     "contract_from",
@@ -128,7 +127,7 @@ def serve_stdio(server: Any) -> None:
     anyio.run(serve)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _main(argv: list[str] | None = None) -> int:
     """``python -m agentbook.protocols serve``: the refund desk on stdio."""
     if (sys.argv[1:] if argv is None else argv) != ["serve"]:
         print("usage: python -m agentbook.protocols serve", file=sys.stderr)
@@ -632,4 +631,4 @@ def distrust_server(record: ProvenanceRecord,
 
 # From chapters/04_protocols.ipynb, cell serve-stdio
 if __name__ == "__main__" and __spec__ is not None:
-    sys.exit(main())
+    sys.exit(_main())

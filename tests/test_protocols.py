@@ -54,7 +54,7 @@ from agentbook import (
     tool_call_message,
     tool_server,
 )
-from agentbook.protocols import main
+from agentbook.protocols import _main
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DESK = [sys.executable, "-m", "agentbook.protocols", "serve"]
@@ -179,7 +179,7 @@ def test_a_server_that_cannot_start_says_why() -> None:
 
 
 def test_serve_without_its_word_prints_the_usage(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["serve", "now"]) == 2
+    assert _main(["serve", "now"]) == 2
     assert capsys.readouterr().err == "usage: python -m agentbook.protocols serve\n"
 
 
