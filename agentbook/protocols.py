@@ -190,17 +190,20 @@ def schema_problem(schema: dict[str, Any],
                    arguments: dict[str, Any]) -> str | None:
     """Why ``arguments`` fail the server's ``schema``, or None if they pass.
 
-    A check that cannot finish (a reference it cannot resolve, say) is a
+    The schema is read alone: a reference to another document is not
+    fetched, since what a pin covers must be all that decides. A check
+    that cannot finish (such a reference, a loop of references) is a
     refusal too: what cannot be checked is not sent.
     """
     import jsonschema
+    from referencing import Registry
 
     try:
         validator = _validator(schema)
         if validator is None:
             return "its inputSchema names a draft jsonschema lacks"
-        error = jsonschema.exceptions.best_match(
-            validator(schema).iter_errors(arguments))
+        error = jsonschema.exceptions.best_match(validator(
+            schema, registry=Registry()).iter_errors(arguments))
     except Exception as failure:  # whatever the server's schema makes it do
         return f"its inputSchema cannot be checked ({type(failure).__name__})"
     return None if error is None else error.message
@@ -322,9 +325,15 @@ def check_pins(tools: dict[str, ToolSpec], pins: dict[str, str]) -> None:
 
 
 # From chapters/04_protocols.ipynb, cell why
+def _printable(text: str) -> str:
+    """``text`` with each character a terminal would act on or hide (an
+    escape sequence's, a line break, a right-to-left mark) written out."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
 def _why(failure: BaseException, stderr: Any = None) -> str:
-    """A failure in one line: the innermost error, and the last line the
-    server wrote to its standard error, if it wrote any."""
+    """A failure in one printable line: the innermost error, and the last
+    line the server wrote to its standard error, if it wrote any."""
     while isinstance(failure, BaseExceptionGroup) and failure.exceptions:
         failure = failure.exceptions[0]
     said = ""
@@ -335,12 +344,13 @@ def _why(failure: BaseException, stderr: Any = None) -> str:
         lines = [line.strip() for line in text.splitlines()]
         said = next((f"; the server said: {line}"
                      for line in reversed(lines) if line), "")
-    return f"{type(failure).__name__}: {failure}{said}"[:2000]
+    return _printable(f"{type(failure).__name__}: {failure}{said}")[:2000]
 
 
 # From chapters/04_protocols.ipynb, cell connected
 @contextmanager
-def _connected(portal: Any, client: Any, stderr: Any) -> Iterator[list[Any]]:
+def _connected(portal: Any, client: Any, stderr: Any,
+               timeout: float) -> Iterator[list[Any]]:
     """``client`` connected on the portal's loop, and the server's tools;
     closed as if all went well, so an error in the block stays as raised.
     The SDK stops the server either way."""
@@ -351,7 +361,7 @@ def _connected(portal: Any, client: Any, stderr: Any) -> Iterator[list[Any]]:
         raise ConnectionError(_why(failure, stderr)) from None
     try:
         try:
-            listing = portal.call(_listing, client)
+            listing = portal.call(_listing, client, timeout)
         except Exception as failure:
             raise ConnectionError(_why(failure, stderr)) from None
         yield listing
@@ -360,17 +370,22 @@ def _connected(portal: Any, client: Any, stderr: Any) -> Iterator[list[Any]]:
             held.__exit__(None, None, None)
 
 
-async def _listing(client: Any) -> list[Any]:
-    """Every tool the server lists, page by page, up to ``MAX_PAGES``."""
+async def _listing(client: Any, timeout: float) -> list[Any]:
+    """Every tool the server lists, page by page: at most ``MAX_PAGES``
+    pages, all within ``timeout`` seconds."""
+    import anyio
+
     tools: list[Any] = []
     cursor = None
-    for _ in range(MAX_PAGES):
-        page = await client.list_tools(cursor=cursor)
-        tools += page.tools
-        cursor = page.next_cursor
-        if cursor is None:
-            return tools
-    raise ValueError(f"the tool list did not end after {MAX_PAGES} pages")
+    with anyio.move_on_after(timeout):
+        for _ in range(MAX_PAGES):
+            page = await client.list_tools(cursor=cursor)
+            tools += page.tools
+            cursor = page.next_cursor
+            if cursor is None:
+                return tools
+        raise ValueError(f"the tool list did not end after {MAX_PAGES} pages")
+    raise TimeoutError(f"the tool list took longer than {timeout:g} s")
 
 
 # From chapters/04_protocols.ipynb, cell connection
@@ -384,10 +399,16 @@ class _Connection:
     open: bool = True
 
     async def _call(self, name: str, arguments: dict[str, Any]) -> Any:
+        """tools/call, sent as it is: the SDK's call_tool would also check
+        the result's structured content, which the kernel never reads,
+        against the tool's outputSchema, on this loop's only thread."""
         import anyio
+        from mcp import types
 
+        params = types.CallToolRequestParams(name=name, arguments=arguments)
         with anyio.fail_after(self.timeout):
-            return await self.client.call_tool(name, arguments)
+            return await self.client.session.send_request(
+                types.CallToolRequest(params=params), types.CallToolResult)
 
     def call(self, name: str, arguments: dict[str, Any]) -> Any:
         """Send one call, from any thread, and return what its result says."""
@@ -470,10 +491,13 @@ def _client(command: list[str], stderr: Any, timeout: float,
     from mcp.client.stdio import stdio_client
     from mcp.types import Implementation
 
-    sdk_log = logging.getLogger("mcp")  # what it logs reaches us as errors
-    if not any(isinstance(h, logging.NullHandler) for h in sdk_log.handlers):
-        sdk_log.addHandler(logging.NullHandler())
-    server = StdioServerParameters(command=command[0], args=command[1:])
+    for name in ("mcp", "client"):  # the SDK's loggers, which quote servers
+        sdk_log = logging.getLogger(name)
+        if not any(isinstance(h, logging.NullHandler)
+                   for h in sdk_log.handlers):
+            sdk_log.addHandler(logging.NullHandler())
+    server = StdioServerParameters(  # a byte that is not UTF-8 ends nothing
+        command=command[0], args=command[1:], encoding_error_handler="replace")
     transport = stdio_client(server, errlog=stderr)
     return Client(transport if wire is None else _Wire(wire).around(transport),
                   read_timeout_seconds=timeout,
@@ -500,7 +524,7 @@ def mcp_tools(command: list[str], pins: dict[str, str] | None = None, *,
     _refuse_request(command, pins, timeout)
     with tempfile.TemporaryFile() as stderr, start_blocking_portal() as portal:
         client = _client(command, stderr, timeout, wire)
-        with _connected(portal, client, stderr) as listing:
+        with _connected(portal, client, stderr, timeout) as listing:
             connection = _Connection(portal, client, timeout)
             try:
                 tools = served_tools(listing, connection.call)
@@ -568,9 +592,10 @@ class DeclarationsReader:
     """Chapter 3's obedient model, shown the tool declarations too.
 
     A served model receives ``tool_schema_json(tools)`` with every
-    request, and reads the descriptions as it reads everything else. The
-    first time a description holds an instruction, this model carries it
-    out before anything else; otherwise it answers as ``model`` does.
+    request, and reads the declarations as it reads everything else. The
+    first time one holds an instruction, in its description or anywhere
+    else, this model carries it out before anything else; otherwise it
+    answers as ``model`` does.
     """
 
     model: ObedientModel
@@ -583,7 +608,7 @@ class DeclarationsReader:
                     for call in parse_tool_calls(message)}
         declared = tool_schema_json(self.tools)
         for index, declaration in enumerate(declared):
-            text = str(declaration["function"]["description"])
+            text = json.dumps(declaration, ensure_ascii=False)
             steps = self.model.find_instruction(text)
             if steps and f"tool{index}-0" not in proposed:
                 return _obedient_message(f"tool{index}", steps)
@@ -591,14 +616,25 @@ class DeclarationsReader:
 
 
 # From chapters/04_protocols.ipynb, cell combine-tools
+def _read_alike(name: str) -> str:
+    """``name`` as a reader might take it: case and separators ignored."""
+    return re.sub(r"[-_.]", "", name.casefold())
+
+
 def combine_tools(*registries: dict[str, ToolSpec]) -> dict[str, ToolSpec]:
-    """One registry from several; a name offered twice is a ValueError,
-    so no server's tool silently takes the place of one you had."""
+    """One registry from several. A name offered twice, or one that reads
+    like another but for case and separators (``refund-order`` beside
+    ``refund_order``), is a ValueError: no server's tool silently takes
+    the place of one you had, or passes for it."""
     combined: dict[str, ToolSpec] = {}
+    alike: dict[str, str] = {}
     for registry in registries:
         for name, spec in registry.items():
             if name in combined:
                 raise ValueError(f"tool {name} is offered twice; rename one")
+            first = alike.setdefault(_read_alike(name), name)
+            if first != name:
+                raise ValueError(f"tool {name} reads like {first}; rename one")
             combined[name] = spec
     return combined
 
@@ -608,12 +644,13 @@ def distrust_server(record: ProvenanceRecord,
                     tools: dict[str, ToolSpec]) -> dict[str, ToolSpec]:
     """``tools`` from a server, with all it says recorded as untrusted.
 
-    Their names and descriptions go into ``record`` now, as the model
-    reads them before any call; each result and each error message is
-    recorded as it arrives.
+    Their declarations go into ``record`` now, exactly as the model is
+    shown them before any call (names, descriptions, the names of their
+    arguments); each result and each error message is recorded as it
+    arrives.
     """
-    record.sightings += [(False, f"{name}: {spec.description}")
-                         for name, spec in tools.items()]
+    record.sightings += [(False, json.dumps(declaration, ensure_ascii=False))
+                         for declaration in tool_schema_json(tools)]
 
     def erring(spec: ToolSpec) -> ToolSpec:
         @wraps(spec.handler)
