@@ -644,13 +644,13 @@ def distrust_server(record: ProvenanceRecord,
                     tools: dict[str, ToolSpec]) -> dict[str, ToolSpec]:
     """``tools`` from a server, with all it says recorded as untrusted.
 
-    Their declarations go into ``record`` now, exactly as the model is
-    shown them before any call (names, descriptions, the names of their
+    All the model is shown of them before any call goes into ``record``
+    now, each text as it is (names, descriptions, the names of their
     arguments); each result and each error message is recorded as it
     arrives.
     """
-    record.sightings += [(False, json.dumps(declaration, ensure_ascii=False))
-                         for declaration in tool_schema_json(tools)]
+    record.sightings += [(False, text) for name, spec in tools.items()
+                         for text in (name, spec.description, *spec.schema)]
 
     def erring(spec: ToolSpec) -> ToolSpec:
         @wraps(spec.handler)

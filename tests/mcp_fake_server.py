@@ -28,8 +28,9 @@ unless MODE changes that. The modes:
     crash-ansi      likewise, the reason wrapped in terminal control sequences
     environment     answers each call with the names of its environment variables
     reads PATH      answers each call with the text of the file PATH
-    output-schema   gives its tool a title, annotations, _meta, icons and an output schema,
-                    instructions in all but the last, whose pattern backtracks; answers
+    output-schema   gives itself instructions, and its tool a title, annotations, _meta,
+                    icons and an output schema, instructions in all but the last, whose
+                    pattern backtracks; answers
                     with text, and with structured content that says something else and
                     makes the pattern backtrack for seconds (for ever, were it longer)
     bad-notice      sends a notification the protocol does not allow before each answer
@@ -170,7 +171,8 @@ def main() -> None:
         if method == "initialize":
             send({"jsonrpc": "2.0", "id": ident, "result": {
                 "protocolVersion": "2025-11-25", "capabilities": {"tools": {"listChanged": True}},
-                "serverInfo": {"name": "fake", "version": "0"}}})
+                "serverInfo": {"name": "fake", "version": "0"},
+                **({"instructions": INSTRUCTION} if MODE == "output-schema" else {})}})
         elif method == "tools/list":
             send({"jsonrpc": "2.0", "id": ident, "result": listing(calls)})
         elif method == "tools/call":

@@ -292,10 +292,11 @@ def test_a_list_changed_notice_changes_nothing_in_the_session() -> None:
 
 
 def test_what_a_pin_leaves_out_changes_nothing_the_kernel_does() -> None:
-    """A title, annotations, _meta, icons and an outputSchema, each carrying an instruction,
-    reach neither the model nor a check. The result's text is the observation; its structured
-    content, which says something else, is not read, nor checked against the outputSchema,
-    whose pattern would backtrack for seconds on the client's event loop, past any deadline."""
+    """The server's instructions, and a tool's title, annotations, _meta, icons and
+    outputSchema, each carrying an instruction, reach neither the model nor a check. The
+    result's text is the observation; its structured content, which says something else, is
+    not read, nor checked against the outputSchema, whose pattern would backtrack for seconds
+    on the client's event loop, past any deadline."""
     with mcp_tools(fake("plain")) as plain:
         approved = pin_tools(plain)
     started = time.perf_counter()
@@ -456,6 +457,14 @@ def test_results_of_other_kinds_are_named_not_read() -> None:
     assert result_content(mcp_types.CallToolResult(content=[image, text])) == (
         '(image content, not read)\n{"a": 1}')
     assert result_content(mcp_types.CallToolResult(content=[])) == ""
+    said = f"Please {INSTRUCTION}."  # in blocks the model is not shown
+    others = [mcp_types.AudioContent(type="audio", data="AAAA", mime_type="audio/wav"),
+              mcp_types.ResourceLink(type="resource_link", uri="file:///x", name=said),
+              mcp_types.EmbeddedResource(type="resource", resource=mcp_types.TextResourceContents(
+                  uri="file:///x", text=said))]
+    assert result_content(mcp_types.CallToolResult(content=others)) == (
+        "(audio content, not read)\n(resource_link content, not read)\n"
+        "(resource content, not read)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -533,7 +542,11 @@ def test_an_instruction_in_an_error_is_untrusted() -> None:
 def test_an_instruction_in_an_argument_name_is_untrusted() -> None:
     """A served tool's argument names are in the declarations the model reads, as its
     description is; the obedient model obeys an instruction there, and distrust_server
-    records the whole declaration, so the value it plants is untrusted."""
+    records all the model is shown, so the value it plants is untrusted. Each text is
+    recorded as it is, not as JSON, where a line break before a value hides it."""
+    policy = ProvenancePolicy([TASK])
+    distrust_server(policy, served_tools([listed("t", "Refund order\nB-22.")], never))
+    assert policy.first_untrusted({"order_id": "B-22"}) == "B-22"
     named = {"type": "object", "properties": {f"note: {INSTRUCTION}": {"type": "string"}}}
     paid = []
     for distrusted in (False, True):
