@@ -223,8 +223,9 @@ class MCPTool(ToolSpec):
 
 
 class ToolServerError(ValueError):
-    """A call the server did not complete: it reported an error, broke the
-    protocol or went away. A ValueError, so the model reads the reason."""
+    """A call the server did not complete: it could not be sent, or the
+    server reported an error, broke the protocol or went away. A
+    ValueError, so the model reads the reason."""
 
 
 # From chapters/04_protocols.ipynb, cell result-content
@@ -326,8 +327,9 @@ def check_pins(tools: dict[str, ToolSpec], pins: dict[str, str]) -> None:
 
 # From chapters/04_protocols.ipynb, cell why
 def _printable(text: str) -> str:
-    """``text`` with each character a terminal would act on or hide (an
-    escape sequence's, a line break, a right-to-left mark) written out."""
+    """``text`` with each character a terminal would act on or hide (the
+    escape that starts a control sequence, a line break, a right-to-left
+    mark) written out as its escape."""
     return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
@@ -405,10 +407,12 @@ class _Connection:
         import anyio
         from mcp import types
 
-        params = types.CallToolRequestParams(name=name, arguments=arguments)
-        with anyio.fail_after(self.timeout):
+        request = types.CallToolRequest(params=types.CallToolRequestParams(
+            name=name, arguments=arguments))
+        request.model_dump_json()  # what the wire cannot carry fails here,
+        with anyio.fail_after(self.timeout):  # not in the SDK's writer
             return await self.client.session.send_request(
-                types.CallToolRequest(params=params), types.CallToolResult)
+                request, types.CallToolResult)
 
     def call(self, name: str, arguments: dict[str, Any]) -> Any:
         """Send one call, from any thread, and return what its result says."""

@@ -52,6 +52,7 @@ from agentbook import (
     mcp_tools,
     obedient_model,
     overreaching_model,
+    parse_tool_calls,
     pin_tools,
     refund_gate,
     result_content,
@@ -485,6 +486,18 @@ def test_a_server_that_breaks_mid_call_is_an_error_observation() -> None:
     assert run.stop.value == "answered"
     assert [o.kind for o in run.state.observations] == ["error", "error"]
     assert all(o.content.startswith("lookup_order: ") for o in run.state.observations)
+
+
+def test_text_the_wire_cannot_carry_is_refused_and_the_connection_stays() -> None:
+    """JSON's \\ud800 escape lets a model send a lone surrogate, which UTF-8 cannot encode:
+    failing in the SDK's writer, it would end the connection for every later call."""
+    [call] = parse_tool_calls(tool_call_message("c1", "lookup_order", {"order_id": "\ud800"}))
+    with mcp_tools(fake("plain"), timeout=5) as tools:
+        refused = execute_call(call, tools, allow_all)
+        after = execute_call(ToolCall("c2", "lookup_order", {"order_id": "A-17"}), tools,
+                             allow_all)
+    assert refused.kind == "error" and "surrogates not allowed" in refused.content
+    assert (after.kind, after.content) == ("result", ANSWER)
 
 
 def test_a_server_that_never_answers_times_out() -> None:
