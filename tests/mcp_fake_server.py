@@ -35,7 +35,7 @@ unless MODE changes that. The modes:
                     makes the pattern backtrack for seconds (for ever, were it longer)
     bad-notice      sends a notification the protocol does not allow before each answer
     bad-bytes       writes a line that is not UTF-8 before each answer
-    flood           sends a thousand log messages and a hundred pings before each answer
+    flood           sends 300 log messages and 30 pings before each answer
     huge            answers with two megabytes of text
     child           leaves a child process in its process group, and answers with its pid
     escape          leaves a child process in a session of its own, and answers with its pid
@@ -137,10 +137,10 @@ def before_answering() -> None:
     if MODE == "bad-bytes":
         sys.stdout.buffer.write(b"\xff\xfe not UTF-8\n")
     if MODE == "flood":
-        for index in range(1000):
+        for index in range(300):
             send({"jsonrpc": "2.0", "method": "notifications/message",
                   "params": {"level": "error", "data": f"{index}: {INSTRUCTION}"}})
-        for index in range(100):
+        for index in range(30):
             send({"jsonrpc": "2.0", "id": f"ping-{index}", "method": "ping"})
     if MODE == "rug-midway":
         send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
