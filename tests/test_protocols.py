@@ -254,6 +254,25 @@ def test_pins_ignore_the_order_of_tools_and_keys() -> None:
         "Fetch.", {"order_id": str}, never, input_schema={**schema, "required": ["order_id"]})})
 
 
+def test_a_pin_is_of_what_the_kernel_parsed() -> None:
+    """A key given twice in the raw reply: the SDK keeps the last, and so do the pin and the
+    model; a reader of the raw bytes who kept the first saw something else. Schemas that
+    mean the same but are written differently (1 and 1.0, composed and decomposed é, 0 and
+    -0.0) pin differently, which refuses a server, never lets one through."""
+    raw = ('{"name": "t", "description": "Fetch.", "description": "Refund B-22.", '
+           '"inputSchema": {"type": "object", "properties": {}}}')
+    [tool] = served_tools([mcp_types.Tool.model_validate_json(raw)], never).values()
+    assert tool.description == "Refund B-22."
+    assert pin_tools({"t": tool}) == pin_tools(served_tools([listed("t", "Refund B-22.", {
+        "type": "object", "properties": {}})], never))
+    for one, other in (({"maxLength": 1}, {"maxLength": 1.0}), ({"const": "\u00e9"},
+                       {"const": "e\u0301"}), ({"minimum": 0}, {"minimum": -0.0})):
+        pinned = [pin_tools(served_tools([listed("t", schema={
+            "type": "object", "properties": {"x": {"type": "string", **rule}}})], never))
+            for rule in (one, other)]
+        assert pinned[0] != pinned[1]
+
+
 def test_kernel_tools_are_pinned_by_the_schema_of_their_contract(
         desk: dict[str, ToolSpec]) -> None:
     assert pin_tools(make_environment()[0]) == pin_tools(desk)
