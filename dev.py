@@ -269,9 +269,11 @@ def install_quarto() -> str | None:
 def book() -> int:
     """Regenerate everything the chapters produce, then render if Quarto is here or can be."""
     set_up()
-    # Chapter 3 reads its AgentDojo results from figures/, so they are written first.
+    # Chapter 3 reads its AgentDojo results from figures/, and Chapter 4 what an MCP call
+    # costs, so they are written first.
     steps = (*(("scripts.checks.injection", "--suite", suite, "--json",
                 f"figures/agentdojo-{suite}.json") for suite in INJECTION_SUITES),
+             ("scripts.checks.bench", "mcp", "--json", "figures/mcp-cost.json"),
              ("scripts.build.regenerate",), ("scripts.course.exercises",),
              ("scripts.course.grading", "fixtures"), ("scripts.build.readers",))
     for step in steps:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("httpx", "matplotlib", "pandas", "numpy", "http.server", "ssl", "opentelemetry",
-         "agentdojo")
+         "agentdojo", "mcp", "jsonschema")
 
 
 def fresh(code: str) -> object:

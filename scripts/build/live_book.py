@@ -49,6 +49,7 @@ LOADS_LIBRARY = {name: "builds OpenTelemetry spans; the page's Python has no Ope
                  for name in ("run_spans", "spans_to_otlp_json")}
 LOADS_LIBRARY |= {name: "starts a sandboxed Python process, which a browser cannot"
                   for name in ("sandboxed_python_tool", "run_sandboxed")}
+LOADS_LIBRARY["mcp_tools"] = "starts an MCP server, another process, which a browser cannot"
 # Cells whose own job has no meaning in the page, by notebook cell id, with the reason.
 NOT_IN_PAGE = {
     "install-agentbook": "installs agentbook on Colab; the page has it already",
@@ -56,6 +57,8 @@ NOT_IN_PAGE = {
     "light-import": "starts a fresh Python process, which a browser cannot",
     "agentdojo-load": "reads the committed AgentDojo results, which the page does not have",
     "agentdojo-table": "sums up the AgentDojo results, which the page does not have",
+    "colab-extras": "installs the MCP SDK on Colab; the page's Python cannot run it",
+    "mcp-cost": "reads the committed benchmark results, which the page does not have",
 }
 WHEEL_TIME = (1980, 1, 1, 0, 0, 0)  # a fixed date: the same wheel bytes on every render
 # A code cell's div, which Quarto follows with the cell's source block (a diagram's is not).

@@ -2,6 +2,7 @@
 
     python -m scripts.checks.bench chapter|tests|commands|import|loop|live|sandbox|provenance
         [--runs N]
+    python -m scripts.checks.bench mcp [--runs N] [--json figures/mcp-cost.json]
     python -m scripts.checks.bench grading [--count 200] [--workers N] [--csv FILE]
                                             [--timeout 60] [--test-timeout 10]
 
@@ -19,6 +20,9 @@ the same interpreter bare.
 provenance: one check of a value against a 100 kB untrusted result built to make a
 backtracking search retry at every word, or a repeated search re-read the same letters, each
 under 0.1 s; and ten values checked after a run read 100 results of 14 kB, under 1 s.
+mcp measures what Chapter 4 reports and has no target: one call over stdio to the desk's MCP
+server against the same call in process, and starting and stopping the server;
+`python3 dev.py book` writes its results into figures/ for the chapter to read.
 Shared machines are noisy: it reports the median and spread, and for commands the processor
 time too, which load inflates less.
 """
@@ -315,6 +319,52 @@ def bench_loop(runs: int) -> None:
           "flat", flush=True)
 
 
+def bench_mcp(runs: int, json_path: Path | None, calls: int = 200) -> None:
+    """One lookup_order call through execute_call, on the local desk and on the desk served
+    over stdio by `python -m agentbook.protocols serve`, `calls` calls a sample by the clock
+    (the server is another process), alternating; and the server's start (connecting and
+    listing its tools) and stop, once a sample. Medians of `runs` samples."""
+    import importlib.metadata
+    import platform
+
+    from agentbook import ToolCall, execute_call, make_environment, mcp_tools, refund_gate
+
+    call = ToolCall("b1", "lookup_order", {"order_id": "A-17"})
+    command = [sys.executable, "-m", "agentbook.protocols", "serve"]
+
+    def per_call(tools: dict[str, Any]) -> float:
+        start = time.perf_counter()
+        for _ in range(calls):
+            execute_call(call, tools, refund_gate)
+        return (time.perf_counter() - start) / calls
+
+    local, served, starts, stops = [], [], [], []
+    for _ in range(runs):
+        start = time.perf_counter()
+        with mcp_tools(command) as tools:
+            starts.append(time.perf_counter() - start)
+            served.append(per_call(tools))
+            local.append(per_call(make_environment()[0]))
+            stop = time.perf_counter()
+        stops.append(time.perf_counter() - stop)
+    report("one call, in process", local, "us", 1e6)
+    report("one call, over stdio", served, "us", 1e6)
+    report("starting the server and listing its tools", starts)
+    report("stopping it", stops)
+    if json_path is not None:
+        results = {
+            "command": "python -m scripts.checks.bench mcp", "runs": runs, "calls": calls,
+            "python": platform.python_version(), "mcp": importlib.metadata.version("mcp"),
+            "cores": os.cpu_count(),
+            # Rounded: the file is committed, and noise below these digits means nothing.
+            "in_process_us": round(statistics.median(local) * 1e6, 1),
+            "stdio_us": round(statistics.median(served) * 1e6),
+            "start_s": round(statistics.median(starts), 2),
+            "stop_s": round(statistics.median(stops), 2)}
+        json_path.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {json_path}")
+
+
 # --- The live book in the browser --------------------------------------------------------------
 
 LIVE_PAGE = "chapters/01_anatomy.html"
@@ -555,7 +605,7 @@ def bench_grading(count: int, workers: int, grades: Path | None, timeout: float,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=["chapter", "tests", "commands", "import", "loop", "live",
-                                         "grading", "sandbox", "provenance"])
+                                         "grading", "sandbox", "provenance", "mcp"])
     parser.add_argument("--runs", type=int, help="samples to take the median of (default: "
                         "3 for commands, 5 for chapter and tests, 21 for import, loop "
                         "and sandbox)")
@@ -564,6 +614,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="for live: the rendered book to serve")
     parser.add_argument("--installer", choices=["uv", "pip"], default="uv",
                         help="for commands: set up with uv (as dev.py does) or pip alone")
+    parser.add_argument("--json", type=Path, help="for mcp: also write the medians here")
     parser.add_argument("--count", type=int, default=200, help="for grading: class size")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--csv", type=Path, help="for grading: also keep the grades here")
@@ -588,6 +639,7 @@ def main(argv: list[str] | None = None) -> int:
         "grading": lambda: bench_grading(args.count, args.workers, args.csv, args.timeout,
                                          args.test_timeout),
         "provenance": lambda: bench_provenance(runs),
+        "mcp": lambda: bench_mcp(runs, args.json),
     }
     benches[args.what]()
     return 0
