@@ -1,6 +1,7 @@
 """Time what the book's speed targets are about; rerun it and quote medians.
 
     python -m scripts.checks.bench chapter|tests|commands|import|loop|live [--runs N]
+    python -m scripts.checks.bench frameworks [--runs N] [--json FILE]
     python -m scripts.checks.bench grading [--count 200] [--workers N] [--csv FILE]
                                             [--timeout 60] [--test-timeout 10]
 
@@ -13,7 +14,10 @@ within 6 s, and within 3 s with Python in the browser's cache. grading reports s
 a minute and the slowest submission for a class copied from the fixture submissions, 5% of
 them one whose function never returns, graded as `grading class` grades without Docker.
 Shared machines are noisy: it reports the median and spread, and for commands the processor
-time too, which load inflates less.
+time too, which load inflates less. frameworks measures what Chapter 4 reports beside the
+kernel: each framework's import time (beyond `python -c pass`) and peak memory in fresh
+interpreters, and the distributions its import loads; with --json it writes them for the
+chapter to read (`python3 dev.py book` writes figures/frameworks-bench.json).
 """
 
 from __future__ import annotations
@@ -174,6 +178,77 @@ def bench_import(python: str, runs: int) -> None:
     heavy, chapters = loaded.stdout.strip().split("] [")
     print(f"{'heavy modules that import agentbook loads':44} {heavy}]", flush=True)
     print(f"{'chapter modules that import agentbook loads':44} [{chapters}", flush=True)
+
+
+# What Chapter 4 imports of each framework, beside what the kernel needs.
+FRAMEWORK_IMPORTS = {
+    "agentbook (the kernel)": "import agentbook",
+    "OpenAI Agents SDK": "import agents",
+    "PydanticAI": "import pydantic_ai, pydantic_ai.models.function",
+    "LangGraph": "import langgraph.graph, langgraph.prebuilt, "
+                 "langchain_core.language_models.chat_models",
+}
+# A child's own peak resident memory in kilobytes, printed as its last line: Linux's VmHWM,
+# which starts afresh with the new program, where ru_maxrss would keep the peak of the
+# benchmark's own process that forked it; ru_maxrss elsewhere.
+PEAK_MEMORY = """
+import re, resource
+try:
+    with open("/proc/self/status") as status:
+        print(re.search(r"VmHWM:\\s+(\\d+)", status.read()).group(1))
+except OSError:
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+# The distributions whose modules a child has imported, and their installed size in bytes.
+LOADED_DISTRIBUTIONS = """
+import json, sys, importlib.metadata as metadata
+owners = metadata.packages_distributions()
+names = sorted({d for m in list(sys.modules) for d in owners.get(m.split(".")[0], [])})
+size = sum(f.locate().stat().st_size for n in names for f in metadata.distribution(n).files or []
+           if f.locate().is_file())
+print(json.dumps([names, size]))
+"""
+
+
+def peak_and_time(python: str, code: str) -> tuple[float, float]:
+    """Seconds on the clock for a fresh interpreter to run `code`, and its peak memory in MB."""
+    started = time.perf_counter()
+    done = subprocess.run([python, "-c", code + PEAK_MEMORY], cwd=ROOT, capture_output=True,
+                          text=True, check=True)
+    wall = time.perf_counter() - started
+    return wall, int(done.stdout.splitlines()[-1]) / 1024
+
+
+def bench_frameworks(python: str, runs: int, json_path: Path | None) -> None:
+    """Import time and peak memory of each framework beside the kernel's, in fresh
+    interpreters, the cases interleaved; medians, rounded so that a rerun moves them little."""
+    import platform
+
+    cases = {"python -c pass": "pass", **FRAMEWORK_IMPORTS}
+    for code in cases.values():  # warm up: bytecode caches written, files in memory
+        interpreter_time(python, code, write_bytecode=True)
+    samples: dict[str, list[tuple[float, float]]] = {label: [] for label in cases}
+    for _ in range(runs):
+        for label, code in cases.items():
+            samples[label].append(peak_and_time(python, code))
+    baseline = statistics.median(wall for wall, _ in samples["python -c pass"])
+    results = [{"name": "python -c pass", "code": "pass", "import_ms": 0,
+                "peak_mb": round(statistics.median(p for _, p in samples["python -c pass"])),
+                "distributions": 0, "installed_mb": 0, "loaded": []}]
+    for label, code in FRAMEWORK_IMPORTS.items():
+        wall = statistics.median(w for w, _ in samples[label]) - baseline
+        peak = statistics.median(p for _, p in samples[label])
+        loaded = subprocess.run([python, "-c", code + LOADED_DISTRIBUTIONS], cwd=ROOT,
+                                capture_output=True, text=True, check=True)
+        names, size = json.loads(loaded.stdout.splitlines()[-1])
+        results.append({"name": label, "code": code, "import_ms": round(wall * 100) * 10,
+                        "peak_mb": round(peak), "distributions": len(names),
+                        "installed_mb": round(size / 2**20), "loaded": names})
+        print(f"{label:28} import {wall * 1000:7.0f} ms  peak {peak:5.0f} MB  "
+              f"{len(names):3} distributions, {size / 2**20:5.0f} MB installed", flush=True)
+    if json_path is not None:
+        document = {"python": platform.python_version(), "runs": runs, "results": results}
+        json_path.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
 
 
 def bare_loop(task: str, model: Any, tools: dict[str, Any], gate: Any) -> list[dict[str, Any]]:
@@ -425,7 +500,7 @@ def bench_grading(count: int, workers: int, grades: Path | None, timeout: float,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=["chapter", "tests", "commands", "import", "loop", "live",
-                                         "grading"])
+                                         "grading", "frameworks"])
     parser.add_argument("--runs", type=int, help="samples to take the median of (default: "
                         "3 for commands, 5 for chapter and tests, 21 for import, 51 for loop)")
     parser.add_argument("--python", default="python3", help="interpreter for the README commands")
@@ -436,12 +511,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=200, help="for grading: class size")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--csv", type=Path, help="for grading: also keep the grades here")
+    parser.add_argument("--json", type=Path, help="for frameworks: write the results here")
     parser.add_argument("--timeout", type=float, default=60,
                         help="for grading: each cell's limit, as `grading class --timeout`")
     parser.add_argument("--test-timeout", type=float, default=10,
                         help="for grading: each test's limit, as `grading class --test-timeout`")
     args = parser.parse_args(argv)
-    default_runs = {"commands": 3, "import": 21, "loop": 51}.get(args.what, 5)
+    default_runs = {"commands": 3, "import": 21, "loop": 51, "frameworks": 7}.get(args.what, 5)
     runs = args.runs if args.runs is not None else default_runs
     if min(runs, args.count, args.workers) < 1:
         parser.error("--runs, --count and --workers must be at least 1")
@@ -451,6 +527,7 @@ def main(argv: list[str] | None = None) -> int:
         "commands": lambda: bench_commands(args.python, runs, args.installer),
         "import": lambda: bench_import(sys.executable, runs),
         "loop": lambda: bench_loop(runs),
+        "frameworks": lambda: bench_frameworks(sys.executable, runs, args.json),
         "live": lambda: bench_live(args.book, runs),
         "grading": lambda: bench_grading(args.count, args.workers, args.csv, args.timeout,
                                          args.test_timeout),
