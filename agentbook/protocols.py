@@ -24,7 +24,6 @@ from agentbook.anatomy import (
     _fingerprint,
     _kinds,
     _tool_message,
-    allow_all,
     estimate_tokens,
     execute_call,
     make_environment,
@@ -76,7 +75,7 @@ __all__ = [
 
 # From chapters/04_protocols.ipynb, cell prompt-log
 class KernelStop(Exception):
-    """A run stopped by one of the kernel's rules, placed inside a framework."""
+    """A run stopped by one of the kernel's rules, placed in a framework."""
 
     def __init__(self, stop: Stop) -> None:
         super().__init__(f"stopped: {stop.value}")
@@ -124,8 +123,8 @@ class FreshIds:
     model: Any
 
     def chat(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        reply = copy.deepcopy(self.model.chat(messages))
-        turn = 1 + sum(message.get("role") == "assistant" for message in messages)
+        reply: dict[str, Any] = copy.deepcopy(self.model.chat(messages))
+        turn = 1 + sum(m.get("role") == "assistant" for m in messages)
         for entry in reply.get("tool_calls") or []:
             if isinstance(entry, dict) and isinstance(entry.get("id"), str):
                 entry["id"] = f"{entry['id']}-{turn}"
@@ -190,8 +189,8 @@ def agents_model(log: PromptLog) -> Any:
         async def get_response(self, system_instructions: str | None,
                                input: Any, *args: Any, **kwargs: Any) -> Any:
             history = Converter.items_to_messages(input)
-            reply = log.chat([{"role": "system", "content": system_instructions},
-                              *history])
+            system = {"role": "system", "content": system_instructions}
+            reply = log.chat([system, *map(dict, history)])
             message = ChatCompletionMessage.model_validate(
                 {**reply, "role": "assistant"})
             return ModelResponse(Converter.message_to_output_items(message),
@@ -206,24 +205,28 @@ def agents_model(log: PromptLog) -> Any:
 # From chapters/04_protocols.ipynb, cell pydantic-model
 def _pydantic_wire(messages: list[Any], instructions: str | None,
                    ) -> list[dict[str, Any]]:
-    """PydanticAI's messages in the wire format, as a chat provider sends them."""
+    """PydanticAI's messages in the wire format, as a provider sends them."""
     from pydantic_ai.messages import (ModelRequest, RetryPromptPart,
                                       SystemPromptPart, TextPart, ToolCallPart,
                                       ToolReturnPart, UserPromptPart)
 
-    wire = [{"role": "system", "content": instructions}] if instructions else []
+    wire: list[dict[str, Any]] = (
+        [{"role": "system", "content": instructions}] if instructions else [])
     for message in messages:
         if not isinstance(message, ModelRequest):
-            calls = [{"id": part.tool_call_id, "type": "function", "function": {
-                "name": part.tool_name, "arguments": part.args_as_json_str()}}
-                for part in message.parts if isinstance(part, ToolCallPart)]
+            calls = [{"id": part.tool_call_id, "type": "function",
+                      "function": {"name": part.tool_name,
+                                   "arguments": part.args_as_json_str()}}
+                     for part in message.parts
+                     if isinstance(part, ToolCallPart)]
             text = "".join(part.content for part in message.parts
                            if isinstance(part, TextPart))
             wire.append({"role": "assistant", "content": text or None,
                          **({"tool_calls": calls} if calls else {})})
         for part in message.parts if isinstance(message, ModelRequest) else []:
             if isinstance(part, SystemPromptPart | UserPromptPart):
-                role = "system" if isinstance(part, SystemPromptPart) else "user"
+                role = ("system" if isinstance(part, SystemPromptPart)
+                        else "user")
                 wire.append({"role": role, "content": part.content})
             elif isinstance(part, ToolReturnPart | RetryPromptPart):
                 text = (part.model_response_str() if isinstance(
@@ -279,7 +282,8 @@ def _langchain_wire(messages: list[Any]) -> list[dict[str, Any]]:
             calls += [{"id": call["id"], "type": "function", "function": {
                 "name": call["name"], "arguments": call["args"]}}
                 for call in message.invalid_tool_calls]
-            wire.append({"role": "assistant", "content": message.content or None,
+            wire.append({"role": "assistant",
+                         "content": message.content or None,
                          **({"tool_calls": calls} if calls else {})})
         elif message.type == "tool":
             wire.append({"role": "tool", "tool_call_id": message.tool_call_id,
@@ -360,7 +364,8 @@ def agents_tools(tools: dict[str, ToolSpec], gate: Gate | None = None,
         return check
 
     def needs(name: str, ask: AskFor) -> Any:
-        return lambda ctx, params, call_id: ask(ToolCall(call_id, name, params))
+        return lambda ctx, params, call_id: ask(
+            ToolCall(call_id, name, params))
 
     return [function_tool(
         spec.handler, name_override=name,
@@ -425,7 +430,8 @@ def langgraph_tools(tools: dict[str, ToolSpec], gate: Gate | None = None,
         asked = request.tool_call
         call = _call_from_text(asked["id"], asked["name"], asked["args"])
         if ask is not None and ask(call):
-            answer = interrupt({"tool": call.name, "arguments": call.arguments})
+            answer = interrupt({"tool": call.name,
+                                "arguments": call.arguments})
             if answer != "approve":
                 return refused(call, f"a person said: {answer}")
         allowed, reason = (True, "") if gate is None else gate(call)
@@ -450,7 +456,9 @@ def _holds_last_reply(history: list[dict[str, Any]],
 
 def _items(given: Any) -> list[Any]:
     """A run's input as items: a task given as text is one user message."""
-    return [{"role": "user", "content": given}] if isinstance(given, str) else [*given]
+    if isinstance(given, str):
+        return [{"role": "user", "content": given}]
+    return [*given]
 
 
 def _sizes(log: PromptLog) -> list[int]:
@@ -464,9 +472,9 @@ def _agents_record(system_prompt: str, items: list[Any],
     log's transcript instead if the SDK failed on the model's last reply."""
     from agents.models.chatcmpl_converter import Converter
 
-    record = json.loads(json.dumps([{"role": "system", "content": system_prompt},
-                                    *Converter.items_to_messages(items)],
-                                   default=str))
+    system = {"role": "system", "content": system_prompt}
+    record = json.loads(json.dumps(
+        [system, *Converter.items_to_messages(items)], default=str))
     return record if _holds_last_reply(record, log.last) else log.last
 
 
@@ -536,7 +544,8 @@ def run_in_pydantic(log: PromptLog, agent_tools: list[Any],
         record = record if _holds_last_reply(record, log.last) else log.last
         return FrameworkRun("PydanticAI", record, _ended_by(failure),
                             _sizes(log), effects), None
-    ending = "paused" if isinstance(result.output, DeferredToolRequests) else "answered"
+    paused = isinstance(result.output, DeferredToolRequests)
+    ending = "paused" if paused else "answered"
     return FrameworkRun("PydanticAI", _pydantic_wire(
         result.all_messages(), system_prompt), ending, _sizes(log),
         effects), result
@@ -545,7 +554,8 @@ def run_in_pydantic(log: PromptLog, agent_tools: list[Any],
 # From chapters/04_protocols.ipynb, cell langgraph-desk
 def langgraph_desk(log: PromptLog, tool_node: Any,
                    route: Callable[..., str] | None = None,
-                   checkpointer: Any = None, objects_only: bool = False) -> Any:
+                   checkpointer: Any = None,
+                   objects_only: bool = False) -> Any:
     """The refund desk as a LangGraph graph: a model node and a tool node in
     a loop, routed by ``tools_condition`` unless ``route`` is given, and
     checkpointed after every step (in memory unless told otherwise)."""
@@ -575,7 +585,7 @@ def run_in_langgraph(graph: Any, log: PromptLog,
 
     config = {"configurable": {"thread_id": thread},
               "recursion_limit": recursion_limit}
-    start = Command(resume=resume) if task is None else {"messages": [
+    start: Any = Command(resume=resume) if task is None else {"messages": [
         {"role": "system", "content": system_prompt},
         {"role": "user", "content": task}]}
     try:
@@ -583,7 +593,8 @@ def run_in_langgraph(graph: Any, log: PromptLog,
         ending = "paused" if graph.get_state(config).interrupts else "answered"
     except Exception as failure:  # the framework ended the run: record how
         ending = _ended_by(failure)
-    messages = _langchain_wire(graph.get_state(config).values.get("messages", []))
+    state = graph.get_state(config).values
+    messages = _langchain_wire(state.get("messages", []))
     if not _holds_last_reply(messages, log.last):  # it failed on the reply
         messages = log.last
     return FrameworkRun("LangGraph", messages, ending, _sizes(log), effects)
@@ -622,7 +633,8 @@ def _desk_in_agents(log: PromptLog, tools: dict[str, ToolSpec],
                     limits: Limits, settle: Settle | None) -> FrameworkRun:
     made = gated_agents_tools(tools, settle) if settle else agents_tools(
         tools, gate)  # with the kernel's rules, unknown tools are answered
-    config = {"tool_not_found_behavior": "return_error_to_model"} if settle else None
+    config = ({"tool_not_found_behavior": "return_error_to_model"}
+              if settle else None)
     return run_in_agents(log, made, effects, task, system_prompt=SYSTEM_PROMPT,
                          max_turns=limits.max_turns, run_config=config)[0]
 
@@ -635,10 +647,13 @@ def _desk_in_pydantic(log: PromptLog, tools: dict[str, ToolSpec],
 
     made, hooks = (pydantic_gate_tools(tools, settle) if settle
                    else pydantic_tools(tools, gate))
-    usage = UsageLimits(request_limit=limits.max_turns) if settle else UsageLimits(
-        request_limit=limits.max_turns, count_tokens_before_request=True,
-        per_request_input_tokens_limit=limits.max_prompt_tokens)
-    return run_in_pydantic(log, made, effects, task, system_prompt=SYSTEM_PROMPT,
+    usage = (UsageLimits(request_limit=limits.max_turns) if settle
+             else UsageLimits(
+                 request_limit=limits.max_turns,
+                 count_tokens_before_request=True,
+                 per_request_input_tokens_limit=limits.max_prompt_tokens))
+    return run_in_pydantic(log, made, effects, task,
+                           system_prompt=SYSTEM_PROMPT,
                            capabilities=[*hooks, Instrumentation()],
                            usage_limits=usage)[0]
 
@@ -649,7 +664,8 @@ def _desk_in_langgraph(log: PromptLog, tools: dict[str, ToolSpec],
     node, route = (gated_tool_node(settle) if settle
                    else (langgraph_tools(tools, gate), None))
     graph = langgraph_desk(log, node, route, objects_only=settle is not None)
-    return run_in_langgraph(graph, log, effects, task, system_prompt=SYSTEM_PROMPT,
+    return run_in_langgraph(graph, log, effects, task,
+                            system_prompt=SYSTEM_PROMPT,
                             recursion_limit=2 * limits.max_turns)
 
 
@@ -696,7 +712,8 @@ GOODWILL_TASK = ("Order A-17 arrived damaged and its replacement came late. "
 def goodwill_model() -> Any:
     """Chapter 2's goodwill script: read the policy and refund 7,999 cents in
     one message, then answer. The refund is one a person must approve."""
-    from agentbook.anatomy import ScriptedModel, answer_message, tool_call_message
+    from agentbook.anatomy import (ScriptedModel, answer_message,
+                                   tool_call_message)
 
     calls = [tool_call_message("call_1", "read_policy", {})["tool_calls"][0],
              tool_call_message("call_2", "refund_order", {
@@ -716,7 +733,8 @@ def _policy_asks(tools: dict[str, ToolSpec]) -> AskFor:
                          and policy.classify(call, tools)[0] == "ask")
 
 
-def _trial_desk(keyed: bool) -> tuple[dict[str, ToolSpec], list[dict[str, Any]]]:
+def _trial_desk(keyed: bool,
+                ) -> tuple[dict[str, ToolSpec], list[dict[str, Any]]]:
     """Chapter 1's desk, or Chapter 2's keyed one for the ledger to pay on.
     The keyed handler's extra keyword would show in a schema a framework
     derives from the handler, so only the gated tools get that desk."""
@@ -750,8 +768,9 @@ def agents_approval_trial(model: Callable[[], Any], loads: int = 2,
     _, paused = run_in_agents(PromptLog(model()), made, effects, GOODWILL_TASK,
                               system_prompt=SYSTEM_PROMPT)
     saved = _edited(paused.to_state().to_string(), edit_to)
-    for call_id in list(book.requested) if book else []:
-        book.approve(call_id)  # the person approves the call as it was shown
+    if book is not None:  # the person approves each call as it was shown
+        for call_id in list(book.requested):
+            book.approve(call_id)
 
     def approved(agent: Any) -> Any:
         state = _sync(AgentsState.from_string(agent, saved))
@@ -786,8 +805,9 @@ def pydantic_approval_trial(model: Callable[[], Any], loads: int = 2,
     waiting = [call.tool_call_id for call in paused.output.approvals]
     saved = _edited(ModelMessagesTypeAdapter.dump_json(
         paused.all_messages()).decode(), edit_to)
-    for call_id in list(book.requested) if book else []:
-        book.approve(call_id)
+    if book is not None:
+        for call_id in list(book.requested):
+            book.approve(call_id)
     for _ in range(loads):
         run_in_pydantic(PromptLog(model()), made, effects, None,
                         system_prompt=SYSTEM_PROMPT, capabilities=hooks,
@@ -809,15 +829,17 @@ def langgraph_approval_trial(model: Callable[[], Any], loads: int = 2,
     tools, effects = _trial_desk(ledger)
     book = ApprovalLedger("trial", tools) if ledger else None
     node, route = (gated_tool_node(book.settle, book.asks) if book
-                   else (langgraph_tools(tools, ask=_policy_asks(tools)), None))
+                   else (langgraph_tools(tools, ask=_policy_asks(tools)),
+                         None))
     log = PromptLog(model())
     graph = langgraph_desk(log, node, route)
     run_in_langgraph(graph, log, effects, GOODWILL_TASK,
                      system_prompt=SYSTEM_PROMPT)
     config = {"configurable": {"thread_id": "desk"}}
     pending = graph.get_state(config).values["messages"][-1]
-    for call_id in list(book.requested) if book else []:
-        book.approve(call_id)
+    if book is not None:
+        for call_id in list(book.requested):
+            book.approve(call_id)
     if edit_to is not None:
         calls = [{**call, "args": {**call["args"], "amount_cents": edit_to}}
                  if call["name"] == "refund_order" else call
@@ -888,7 +910,8 @@ def gated_agents_tools(tools: dict[str, ToolSpec], settle: Settle,
         return invoke
 
     def needs(name: str, ask: AskFor) -> Any:
-        return lambda ctx, params, call_id: ask(ToolCall(call_id, name, params))
+        return lambda ctx, params, call_id: ask(
+            ToolCall(call_id, name, params))
 
     return [FunctionTool(
         name=declaration["function"]["name"],
@@ -919,8 +942,10 @@ def pydantic_gate_tools(tools: dict[str, ToolSpec], settle: Settle,
     hooks = Hooks()
 
     @hooks.on.before_tool_validate
-    async def as_written(ctx: Any, *, call: Any, tool_def: Any, args: Any) -> Any:
-        return {"arguments": args if isinstance(args, str) else json.dumps(args)}
+    async def as_written(ctx: Any, *, call: Any, tool_def: Any,
+                         args: Any) -> Any:
+        text = args if isinstance(args, str) else json.dumps(args)
+        return {"arguments": text}
 
     def settled(name: str) -> Callable[..., str]:
         def invoke(ctx: Any, arguments: str) -> str:
@@ -1021,7 +1046,8 @@ def otel_genai_spans(action: Callable[[], Any]) -> list[str]:
             provider = TracerProvider()
             trace.set_tracer_provider(provider)
         _COLLECTOR["exporter"] = InMemorySpanExporter()
-        provider.add_span_processor(SimpleSpanProcessor(_COLLECTOR["exporter"]))
+        provider.add_span_processor(
+            SimpleSpanProcessor(_COLLECTOR["exporter"]))
     _COLLECTOR["exporter"].clear()
     action()
     return genai_spans(_COLLECTOR["exporter"].get_finished_spans())
