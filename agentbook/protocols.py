@@ -336,6 +336,20 @@ def langchain_chat_model(log: PromptLog, objects_only: bool = False) -> Any:
     return BookChatModel()
 
 
+# From chapters/04_protocols.ipynb, cell call-helpers
+def _call_from_text(call_id: str, name: str, arguments: Any) -> ToolCall:
+    """A call as the kernel's parser reads it, from a framework's pieces."""
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return parse_tool_calls({"tool_calls": [{
+        "id": call_id, "type": "function",
+        "function": {"name": name, "arguments": text}}]})[0]
+
+
+def _answer(observation: Observation) -> str:
+    """The tool message's text the kernel would send for an observation."""
+    return str(_tool_message(observation)["content"])
+
+
 # From chapters/04_protocols.ipynb, cell agents-tools
 AskFor = Callable[[ToolCall], bool]
 
@@ -876,19 +890,6 @@ def kernel_settle(tools: dict[str, ToolSpec], gate: Gate,
                 log.stop = Stop.NO_PROGRESS
         return observation
     return settle
-
-
-def _call_from_text(call_id: str, name: str, arguments: Any) -> ToolCall:
-    """A call as the kernel's parser reads it, from a framework's pieces."""
-    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
-    return parse_tool_calls({"tool_calls": [{
-        "id": call_id, "type": "function",
-        "function": {"name": name, "arguments": text}}]})[0]
-
-
-def _answer(observation: Observation) -> str:
-    """The tool message's text the kernel would send for an observation."""
-    return str(_tool_message(observation)["content"])
 
 
 # From chapters/04_protocols.ipynb, cell gated-agents-tools
