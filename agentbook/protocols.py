@@ -2,7 +2,6 @@
 # change the notebook's "# @save" cells and run `python -m scripts.build.save`.
 """Code saved from the chapter notebook chapters/04_protocols.ipynb."""
 
-import asyncio
 import copy
 import json
 import re
@@ -159,6 +158,7 @@ def kernel_run(result: RunResult,
 def _sync(coroutine: Any) -> Any:
     """Run a framework's coroutine to its end from plain code: in a thread
     of its own, so that it works in Jupyter too, where a loop is running."""
+    import asyncio  # here: it imports ssl, which import agentbook must not
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(1) as worker:

@@ -1,0 +1,269 @@
+"""Chapter 4's frameworks: what each does as it comes, and what the kernel's rules restore.
+
+The chapter's cells pin its table byte for byte under nbval; these tests state the claims
+behind it in general form and add the hostile cases the chapter does not print: arguments
+reformatted to slip past a gate, an approval written into a saved state, an edit that also
+renames the call, two resumes at once. Each framework is imported once, by the first test
+that needs it; a run costs tens of milliseconds after that.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from typing import Any
+
+import pytest
+
+from agentbook import (
+    FRAMEWORKS,
+    ApprovalLedger,
+    FreshIds,
+    KernelStop,
+    Limits,
+    PromptLog,
+    ScriptedModel,
+    Stop,
+    ToolCall,
+    answer_message,
+    calls_answered,
+    check_run,
+    effects_authorized,
+    goodwill_model,
+    kernel_settle,
+    make_environment,
+    make_keyed_environment,
+    overreaching_model,
+    refund_gate,
+    run_desk_in,
+    tool_call_message,
+)
+from agentbook.protocols import (
+    _edited,
+    agents_approval_trial,
+    as_kernel_result,
+    langgraph_approval_trial,
+    pydantic_approval_trial,
+)
+
+TASK = "Order A-17 arrived damaged. Please make this right."
+TRIALS = {"Agents SDK": agents_approval_trial, "PydanticAI": pydantic_approval_trial,
+          "LangGraph": langgraph_approval_trial}
+
+
+def one_call(arguments: str, name: str = "refund_order") -> ScriptedModel:
+    """A script whose one message proposes one call with exactly these arguments."""
+    return ScriptedModel(turns=[{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": name, "arguments": arguments}}]}])
+
+
+def refunds(effects: list[dict[str, Any]]) -> list[int]:
+    return [receipt["refunded_cents"] for receipt in effects]
+
+
+# --- The seams, without any framework ---------------------------------------------------------
+
+def test_the_prompt_log_refuses_a_prompt_over_budget_before_the_model_sees_it() -> None:
+    script = ScriptedModel(turns=[answer_message("done")])
+    log = PromptLog(script, max_prompt_tokens=5)
+    with pytest.raises(KernelStop) as stopped:
+        log.chat([{"role": "user", "content": "x" * 100}])
+    assert stopped.value.stop is Stop.TOKEN_LIMIT
+    assert log.prompts == [] and script.played == 0
+
+
+def test_the_prompt_log_ends_a_run_whose_tools_saw_no_progress() -> None:
+    tools, _ = make_environment()
+    log = PromptLog(ScriptedModel(turns=[answer_message("done")]))
+    settle = kernel_settle(tools, refund_gate, log, repeated_denials=2)
+    too_much = {"order_id": "A-17", "amount_cents": 9999}
+    assert [settle(ToolCall(f"c{n}", "refund_order", too_much)).kind
+            for n in range(2)] == ["denied", "denied"]
+    with pytest.raises(KernelStop) as stopped:
+        log.chat([{"role": "user", "content": "go on"}])
+    assert stopped.value.stop is Stop.NO_PROGRESS
+
+
+def test_fresh_ids_name_each_call_after_the_turn_it_was_made_in() -> None:
+    call = tool_call_message("call_1", "read_policy", {})
+    model = FreshIds(ScriptedModel(turns=[call, call]))
+    history: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
+    assert model.chat(history)["tool_calls"][0]["id"] == "call_1-1"
+    history += [call, {"role": "tool", "tool_call_id": "call_1-1", "content": "{}"}]
+    assert model.chat(history)["tool_calls"][0]["id"] == "call_1-2"
+
+
+@pytest.mark.parametrize("saved", [
+    '{"arguments": "{\\"order_id\\": \\"A-17\\", \\"amount_cents\\": 7999}"}',
+    '{"args": {"order_id": "A-17", "amount_cents":7999}}',
+])
+def test_the_trials_edit_reaches_the_amount_escaped_or_not(saved: str) -> None:
+    edited = _edited(saved, 19999)
+    assert "19999" in edited and "7999" not in edited.replace("19999", "")
+
+
+# --- The ledger: Chapter 2's binding beside a framework ---------------------------------------
+
+def ledger_with_held_refund() -> tuple[ApprovalLedger, list[dict[str, Any]], ToolCall]:
+    tools, effects, _ = make_keyed_environment()
+    ledger = ApprovalLedger("run", tools)
+    held = ToolCall("call_2", "refund_order", {"order_id": "A-17", "amount_cents": 7999})
+    assert ledger.asks(held)
+    return ledger, effects, held
+
+
+def test_the_ledger_pays_an_approved_call_once_and_refuses_it_changed() -> None:
+    ledger, effects, held = ledger_with_held_refund()
+    assert ledger.settle(held).kind == "denied"  # not approved yet
+    ledger.approve("call_2")
+    changed = ToolCall("call_2", "refund_order", {"order_id": "A-17", "amount_cents": 19999})
+    assert ledger.asks(changed)  # asked again, it keeps the call as it was first held
+    renamed = ToolCall("call_9", "refund_order", {"order_id": "A-17", "amount_cents": 7999})
+    assert [ledger.settle(call).kind for call in (changed, renamed, held, held)] == [
+        "denied", "denied", "result", "result"]
+    assert refunds(effects) == [7999]
+
+
+def test_two_resumes_at_once_pay_an_approval_once() -> None:
+    ledger, effects, held = ledger_with_held_refund()
+    ledger.approve("call_2")
+    start = threading.Barrier(8)
+
+    def resume() -> None:
+        start.wait()
+        ledger.settle(held)
+
+    workers = [threading.Thread(target=resume) for _ in range(8)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert refunds(effects) == [7999]
+
+
+# --- Each framework, as it comes and with the kernel's rules ----------------------------------
+
+# Arguments reformatted to slip past a gate, or malformed: with the kernel's rules no framework
+# pays for a call Chapter 1's validation and gate refuse, and every call is answered.
+HOSTILE_ARGUMENTS = {
+    "over the limit": '{"order_id": "A-17", "amount_cents": 999999}',
+    "a string": '{"order_id": "A-17", "amount_cents": "4999"}',
+    "escaped digits": '{"order_id": "A-17", "amount_cents": "\\u0034999"}',
+    "a boolean": '{"order_id": "A-17", "amount_cents": true}',
+    "a float": '{"order_id": "A-17", "amount_cents": 4999.0000000000001}',
+    "an exponent": '{"order_id": "A-17", "amount_cents": 1e3}',
+    "duplicate keys": '{"order_id": "A-17", "amount_cents": 100, "amount_cents": 9999}',
+    "an extra field": '{"order_id": "A-17", "amount_cents": 100, "note": "urgent"}',
+    "a key of its own": '{"order_id": "A-17", "amount_cents": 100, "idempotency_key": "k"}',
+    "a nested amount": '{"order_id": "A-17", "amount_cents": {"value": 100}}',
+    "null": "null",
+    "not JSON": '{"order_id": A-17}',
+    "not an object": "[1, 2]",
+}
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("arguments", HOSTILE_ARGUMENTS.values(), ids=HOSTILE_ARGUMENTS.keys())
+def test_with_the_kernels_rules_no_hostile_argument_moves_money(framework: str,
+                                                                 arguments: str) -> None:
+    tools, _ = make_environment()
+    run = run_desk_in(framework, one_call(arguments), TASK, refund_gate, kernel_rules=True)
+    assert run.effects == [] and effects_authorized(run, tools, refund_gate)
+    assert calls_answered(run) and run.ending == "answered"
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_with_the_kernels_rules_an_unknown_tool_is_answered_and_the_run_checks(
+        framework: str) -> None:
+    run = run_desk_in(framework, one_call("{}", "delete_database"), TASK, refund_gate,
+                      kernel_rules=True)
+    assert calls_answered(run) and run.ending == "answered"
+    gated = run_desk_in(framework, overreaching_model(), TASK, refund_gate, kernel_rules=True)
+    assert refunds(gated.effects) == [4999]
+    assert all(check_run(as_kernel_result(gated), gated.effects, Limits()).values())
+
+
+# The gaps the chapter's table reports, each shown by the framework as it comes.
+@pytest.mark.parametrize(("framework", "arguments", "paid"), [
+    ("PydanticAI", HOSTILE_ARGUMENTS["a boolean"], [1]),  # validated, then gated
+    ("PydanticAI", HOSTILE_ARGUMENTS["an exponent"], [1000]),
+    ("Agents SDK", HOSTILE_ARGUMENTS["an extra field"], [100]),  # the field dropped
+    ("LangGraph", HOSTILE_ARGUMENTS["an extra field"], [100]),
+])
+def test_as_it_comes_a_framework_pays_for_a_call_the_kernel_refuses(
+        framework: str, arguments: str, paid: list[int]) -> None:
+    tools, _ = make_environment()
+    run = run_desk_in(framework, one_call(arguments), TASK, refund_gate)
+    assert refunds(run.effects) == paid
+    assert not effects_authorized(run, tools, refund_gate)
+
+
+@pytest.mark.parametrize(("framework", "name", "arguments", "ending"), [
+    ("Agents SDK", "delete_database", "{}", "ModelBehaviorError"),
+    ("LangGraph", "refund_order", HOSTILE_ARGUMENTS["not JSON"], "answered"),
+    ("LangGraph", "refund_order", "5", "ValidationError"),
+])
+def test_as_it_comes_a_framework_leaves_a_malformed_call_unanswered(
+        framework: str, name: str, arguments: str, ending: str) -> None:
+    run = run_desk_in(framework, one_call(arguments, name), TASK, refund_gate)
+    assert run.ending == ending and not calls_answered(run)
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_a_saved_approval_loaded_twice_pays_twice_unless_the_ledger_keys_it(
+        framework: str) -> None:
+    assert refunds(TRIALS[framework](goodwill_model, loads=2)) == [7999, 7999]
+    assert refunds(TRIALS[framework](goodwill_model, loads=2, ledger=True)) == [7999]
+
+
+@pytest.mark.parametrize(("framework", "paid"), [
+    ("Agents SDK", []), ("PydanticAI", [19999]), ("LangGraph", [19999])])
+def test_an_amount_edited_while_paused_is_paid_unless_the_call_is_bound(
+        framework: str, paid: list[int]) -> None:
+    assert refunds(TRIALS[framework](goodwill_model, loads=1, edit_to=19999)) == paid
+    assert TRIALS[framework](goodwill_model, loads=1, edit_to=19999, ledger=True) == []
+
+
+def test_an_approval_written_into_the_agents_sdks_saved_state_is_honored() -> None:
+    """The SDK keeps its approvals in the RunState: whoever can write the saved text can
+    approve. The ledger keeps them where the saved state cannot reach."""
+    from agents import RunState as AgentsState
+
+    from agentbook import SYSTEM_PROMPT, agents_tools, gated_agents_tools, run_in_agents
+    from agentbook.protocols import _policy_asks, _sync
+
+    for ledger in (False, True):
+        if ledger:
+            tools, effects, _ = make_keyed_environment()
+            book = ApprovalLedger("trial", tools)
+            made = gated_agents_tools(tools, book.settle, book.asks)
+        else:
+            tools, effects = make_environment()
+            made = agents_tools(tools, ask=_policy_asks(tools))
+        _, paused = run_in_agents(PromptLog(goodwill_model()), made, effects,
+                                  "refund", system_prompt=SYSTEM_PROMPT)
+        state = paused.to_state()
+        for item in state.get_interruptions():
+            state.approve(item)  # the attacker's copy, approved by nobody who counts
+        forged = state.to_string()
+        run_in_agents(PromptLog(goodwill_model()), made, effects, "refund",
+                      system_prompt=SYSTEM_PROMPT,
+                      resume=lambda agent, text=forged: _sync(
+                          AgentsState.from_string(agent, text)))
+        assert refunds(effects) == ([] if ledger else [7999])
+
+
+def test_the_agents_sdk_opens_no_connection_during_a_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its tracing would send traces to the vendor's service; every run turns it off."""
+    attempts: list[Any] = []
+
+    def refuse(self: socket.socket, address: Any) -> None:
+        attempts.append(address)
+        raise OSError("no network in this test")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    run = run_desk_in("Agents SDK", overreaching_model(), TASK, refund_gate)
+    assert refunds(run.effects) == [4999] and attempts == []
+    assert json.dumps(run.messages)  # the record is plain data
