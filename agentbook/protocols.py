@@ -876,18 +876,24 @@ def kernel_settle(tools: dict[str, ToolSpec], gate: Gate,
     """Chapter 1's ``execute_call`` for a framework's tools to call.
 
     Each call is validated strictly, gated and run, and comes back as an
-    observation. Given the run's ``PromptLog``, the same proposal denied
+    observation, one call at a time even where a framework runs a message's
+    calls in threads, so a gate that reads the effect log sees every refund
+    before it. Given the run's ``PromptLog``, the same proposal denied
     ``repeated_denials`` times sets its stop, so the run ends before the
     model is asked again: every call of the message is still answered.
     """
+    import threading
+
     denials: Counter[str] = Counter()
+    one_at_a_time = threading.Lock()
 
     def settle(call: ToolCall) -> Observation:
-        observation = execute_call(call, tools, gate)
-        if observation.kind == "denied" and log is not None:
-            denials[_fingerprint(call)] += 1
-            if denials[_fingerprint(call)] >= repeated_denials:
-                log.stop = Stop.NO_PROGRESS
+        with one_at_a_time:
+            observation = execute_call(call, tools, gate)
+            if observation.kind == "denied" and log is not None:
+                denials[_fingerprint(call)] += 1
+                if denials[_fingerprint(call)] >= repeated_denials:
+                    log.stop = Stop.NO_PROGRESS
         return observation
     return settle
 
@@ -959,7 +965,8 @@ def pydantic_gate_tools(tools: dict[str, ToolSpec], settle: Settle,
     made = [Tool.from_schema(settled(entry["function"]["name"]),
                              entry["function"]["name"],
                              entry["function"]["description"],
-                             entry["function"]["parameters"], takes_ctx=True)
+                             entry["function"]["parameters"], takes_ctx=True,
+                             sequential=True)  # in order, as the kernel does
             for entry in tool_schema_json(tools)]
     return made, [hooks]
 

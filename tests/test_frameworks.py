@@ -267,3 +267,76 @@ def test_the_agents_sdk_opens_no_connection_during_a_run(monkeypatch: pytest.Mon
     run = run_desk_in("Agents SDK", overreaching_model(), TASK, refund_gate)
     assert refunds(run.effects) == [4999] and attempts == []
     assert json.dumps(run.messages)  # the record is plain data
+
+
+# --- Calls of one message run at once -----------------------------------------------------------
+
+def message_of(*cents: int) -> dict[str, Any]:
+    return {"role": "assistant", "content": None, "tool_calls": [
+        tool_call_message(f"r{n}", "refund_order", {"order_id": "A-17", "amount_cents": amount})
+        ["tool_calls"][0] for n, amount in enumerate(cents)]}
+
+
+def capped(effects: list[dict[str, Any]], cap: int) -> Any:
+    """Chapter 1's capped gate: refund_gate, and no refund past ``cap`` in total."""
+    def gate(call: ToolCall) -> tuple[bool, str]:
+        allowed, reason = refund_gate(call)
+        if not allowed or call.name != "refund_order" or call.arguments is None:
+            return allowed, reason
+        total = sum(receipt["refunded_cents"] for receipt in effects)
+        return total + call.arguments["amount_cents"] <= cap, f"past {cap} cents"
+    return gate
+
+
+def test_langgraphs_tool_node_races_a_gate_that_reads_the_effect_log() -> None:
+    """ToolNode runs a message's calls in threads: each passes the cap before any is paid."""
+    from dataclasses import replace
+
+    from agentbook import SYSTEM_PROMPT, langgraph_desk, langgraph_tools, run_in_langgraph
+
+    tools, effects = make_environment()
+    refund, together = tools["refund_order"].handler, threading.Barrier(3, timeout=5)
+
+    def at_once(order_id: str, amount_cents: int) -> Any:  # all three passed the gate
+        together.wait()
+        return refund(order_id=order_id, amount_cents=amount_cents)
+
+    tools["refund_order"] = replace(tools["refund_order"], handler=at_once)
+    log = PromptLog(ScriptedModel(turns=[message_of(3000, 3000, 3000)]))
+    node = langgraph_tools(tools, capped(effects, 5000))
+    run_in_langgraph(langgraph_desk(log, node), log, effects, TASK, system_prompt=SYSTEM_PROMPT)
+    assert refunds(effects) == [3000, 3000, 3000]
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_the_kernels_settle_runs_a_messages_calls_one_at_a_time(framework: str) -> None:
+    from agentbook import (SYSTEM_PROMPT, gated_agents_tools, gated_tool_node, langgraph_desk,
+                           pydantic_gate_tools, run_in_agents, run_in_langgraph,
+                           run_in_pydantic)
+
+    tools, effects = make_environment()
+    log = PromptLog(ScriptedModel(turns=[message_of(3000, 3000, 3000)]))
+    settle = kernel_settle(tools, capped(effects, 5000), log)
+    if framework == "Agents SDK":
+        run_in_agents(log, gated_agents_tools(tools, settle), effects, TASK,
+                      system_prompt=SYSTEM_PROMPT)
+    elif framework == "PydanticAI":
+        made, hooks = pydantic_gate_tools(tools, settle)
+        run_in_pydantic(log, made, effects, TASK, system_prompt=SYSTEM_PROMPT,
+                        capabilities=hooks)
+    else:
+        node, route = gated_tool_node(settle)
+        run_in_langgraph(langgraph_desk(log, node, route), log, effects, TASK,
+                         system_prompt=SYSTEM_PROMPT)
+    assert refunds(effects) == [3000]
+
+
+def test_langgraphs_tool_node_pays_a_refund_again_when_it_resumes() -> None:
+    """One message: a refund paid at once and one held for a person. On resume LangGraph runs
+    the tool node from its start, so the first is paid again; the gated node asks about every
+    held call before it runs any."""
+    def mixed() -> ScriptedModel:
+        return ScriptedModel(turns=[message_of(3000, 8000), answer_message("done")])
+
+    assert refunds(langgraph_approval_trial(mixed, loads=1)) == [3000, 3000, 8000]
+    assert refunds(langgraph_approval_trial(mixed, loads=1, ledger=True)) == [3000, 8000]
