@@ -340,3 +340,60 @@ def test_langgraphs_tool_node_pays_a_refund_again_when_it_resumes() -> None:
 
     assert refunds(langgraph_approval_trial(mixed, loads=1)) == [3000, 3000, 8000]
     assert refunds(langgraph_approval_trial(mixed, loads=1, ledger=True)) == [3000, 8000]
+
+
+def test_the_agents_sdks_fingerprint_binds_an_approval_only_against_a_careless_edit() -> None:
+    """Its fingerprint is a plain SHA-256 of the arguments: a saved state edited to 19,999
+    cents with the fingerprint such a call would have (here taken from a real pause of one)
+    loads, is approved and is paid. The ledger, outside the saved state, refuses it."""
+    import re
+
+    from agents import RunState as AgentsState
+
+    from agentbook import SYSTEM_PROMPT, agents_tools, gated_agents_tools, run_in_agents
+    from agentbook.protocols import _edited, _policy_asks, _sync
+
+    def goodwill(cents: int) -> ScriptedModel:
+        calls = [tool_call_message("call_1", "read_policy", {})["tool_calls"][0],
+                 tool_call_message("call_2", "refund_order", {
+                     "order_id": "A-17", "amount_cents": cents})["tool_calls"][0]]
+        return ScriptedModel(turns=[{"role": "assistant", "content": "x", "tool_calls": calls},
+                                    answer_message("done")])
+
+    def desk(ledger: bool) -> tuple[list[dict[str, Any]], list[Any], Any]:
+        if not ledger:
+            tools, effects = make_environment()
+            return effects, agents_tools(tools, ask=_policy_asks(tools)), None
+        tools, effects, _ = make_keyed_environment()
+        book = ApprovalLedger("trial", tools)
+        return effects, gated_agents_tools(tools, book.settle, book.asks), book
+
+    def pause(cents: int, effects: Any, made: Any) -> str:
+        _, paused = run_in_agents(PromptLog(goodwill(cents)), made, effects, "refund",
+                                  system_prompt=SYSTEM_PROMPT)
+        return str(paused.to_state().to_string())
+
+    def fingerprints(text: str) -> set[str]:
+        return set(re.findall(r'"fingerprint": "([0-9a-f]{64})"', text))
+
+    for ledger in (False, True):
+        effects, made, book = desk(ledger)
+        saved = pause(7999, effects, made)
+        if book is not None:
+            book.approve("call_2")  # the person approved 7,999 cents
+        other = pause(19999, *desk(ledger)[:2])
+        [old], [new] = fingerprints(saved) - fingerprints(other), fingerprints(other) - (
+            fingerprints(saved))
+        forged = _edited(saved, 19999).replace(old, new)
+
+        def approved(agent: Any, text: str = forged) -> Any:
+            state = _sync(AgentsState.from_string(agent, text))
+            for item in state.get_interruptions():
+                state.approve(item)
+            return state
+
+        run, _ = run_in_agents(PromptLog(goodwill(7999)), made, effects, "refund",
+                               system_prompt=SYSTEM_PROMPT, resume=approved)
+        assert refunds(effects) == ([] if ledger else [19999])
+        assert ledger == ("no approval for this call as it now stands" in json.dumps(
+            run.messages))
