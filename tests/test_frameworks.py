@@ -397,3 +397,19 @@ def test_the_agents_sdks_fingerprint_binds_an_approval_only_against_a_careless_e
         assert refunds(effects) == ([] if ledger else [19999])
         assert ledger == ("no approval for this call as it now stands" in json.dumps(
             run.messages))
+
+
+def test_the_colab_install_cells_pin_the_frameworks_as_requirements_txt_does() -> None:
+    import re
+    from pathlib import Path
+
+    import nbformat
+
+    root = Path(__file__).resolve().parent.parent
+    pins = {line.strip() for line in (root / "requirements.txt").read_text().splitlines()
+            if re.match(r"(openai-agents|pydantic-ai-slim|langgraph|langchain-core)==", line)}
+    assert len(pins) == 4
+    for notebook, cell_id in [("chapters/04_protocols.ipynb", "install-frameworks"),
+                              ("exercises/protocols-exercises.ipynb", "install-frameworks")]:
+        [cell] = [c for c in nbformat.read(root / notebook, 4).cells if c.get("id") == cell_id]
+        assert set(re.findall(r'"([a-z-]+==[0-9.]+)"', cell.source)) == pins, notebook

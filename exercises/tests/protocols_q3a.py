@@ -82,5 +82,5 @@ def test_q3a_a_boolean_amount_moves_no_money(validate_first, run_with_hook, one_
     from agentbook import make_environment, refund_gate
     assert validate_first(make_environment()[0], refund_gate) is not None, 'not answered yet: validate_first returns None'
     run = run_with_hook(one_call('{"order_id": "A-17", "amount_cents": true}'), validate_first)
-    assert run.effects == [], f'a refund of true cents must move no money; found {run.effects}'
+    assert run.effects == [], f'expected no refund for an amount of true cents; found {run.effects}'
 

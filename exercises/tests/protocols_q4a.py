@@ -74,5 +74,5 @@ def test_q4a_the_witness_breaks_the_named_invariant(BROKEN, witness, setup_run, 
     assert BROKEN in CHECKS, f'BROKEN must be one of {sorted(CHECKS)}; found {BROKEN!r}'
     assert witness() is not None, 'not answered yet: witness returns None'
     run = setup_run(witness())
-    assert not CHECKS[BROKEN](run), f"{BROKEN} still holds for the witness's run, which ended {run.ending}"
+    assert not CHECKS[BROKEN](run), f"expected {BROKEN} to fail for the witness's run; it holds (the run ended {run.ending})"
 
