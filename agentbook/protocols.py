@@ -741,10 +741,13 @@ def goodwill_model() -> Any:
 
 # From chapters/04_protocols.ipynb, cell trial-helpers
 def _policy_asks(tools: dict[str, ToolSpec]) -> AskFor:
-    """Chapter 2's policy deciding which calls wait for a person."""
+    """Chapter 2's policy deciding which calls wait for a person, failing
+    closed: a call it cannot read, or would deny, waits too. (Reading
+    ``is None and == "ask"`` instead paid 7,999 cents unasked once, when a
+    framework added a defaulted argument the contract does not name.)"""
     policy = ApprovalPolicy()
-    return lambda call: (validate_call(call, tools) is None
-                         and policy.classify(call, tools)[0] == "ask")
+    return lambda call: (validate_call(call, tools) is not None
+                         or policy.classify(call, tools)[0] != "allow")
 
 
 def _trial_desk(keyed: bool,

@@ -413,3 +413,17 @@ def test_the_colab_install_cells_pin_the_frameworks_as_requirements_txt_does() -
                               ("exercises/protocols-exercises.ipynb", "install-frameworks")]:
         [cell] = [c for c in nbformat.read(root / notebook, 4).cells if c.get("id") == cell_id]
         assert set(re.findall(r'"([a-z-]+==[0-9.]+)"', cell.source)) == pins, notebook
+
+
+def test_the_trials_policy_holds_a_call_it_cannot_read() -> None:
+    """PydanticAI's validated arguments carry every defaulted parameter of the handler (the
+    keyed desk's idempotency_key=None), which Chapter 1's exact-fields validation refuses: the
+    policy must hold such a call for a person, not wave it through unasked."""
+    from agentbook import GOODWILL_TASK, SYSTEM_PROMPT, pydantic_tools, run_in_pydantic
+    from agentbook.protocols import _policy_asks
+
+    tools, effects, _ = make_keyed_environment()
+    made, hooks = pydantic_tools(tools, ask=_policy_asks(tools))
+    run, _ = run_in_pydantic(PromptLog(goodwill_model()), made, effects, GOODWILL_TASK,
+                             system_prompt=SYSTEM_PROMPT, capabilities=hooks)
+    assert run.ending == "paused" and effects == []
