@@ -298,10 +298,11 @@ def _langchain_wire(messages: list[Any]) -> list[dict[str, Any]]:
 def langchain_chat_model(log: PromptLog, objects_only: bool = False) -> Any:
     """A LangChain chat model whose replies come from a book model.
 
-    A call whose arguments do not parse becomes an invalid tool call, as in
-    LangChain's OpenAI provider; one whose arguments parse to something
-    other than an object does too, but only with ``objects_only``: without
-    it, LangChain's ``AIMessage`` refuses the reply and the run ends.
+    Each call is read by LangChain's own parser for OpenAI-style calls, and
+    one whose arguments do not parse becomes an invalid tool call; one whose
+    arguments parse to something other than an object does too, but only
+    with ``objects_only``: without it, LangChain's ``AIMessage`` refuses the
+    reply and the run ends.
     """
     from langchain_core.language_models.chat_models import BaseChatModel
     from langchain_core.messages import AIMessage
@@ -312,7 +313,7 @@ def langchain_chat_model(log: PromptLog, objects_only: bool = False) -> Any:
     def parsed(entry: dict[str, Any]) -> tuple[Any, Any]:
         try:
             call = parse_tool_call(entry, return_id=True)
-        except Exception as failure:  # what the provider does with bad JSON
+        except Exception as failure:  # bad JSON: kept, as an invalid call
             return None, make_invalid_tool_call(entry, str(failure))
         if objects_only and not isinstance((call or {}).get("args"), dict):
             return None, make_invalid_tool_call(entry, "not a JSON object")
