@@ -298,12 +298,10 @@ def _langchain_wire(messages: list[Any]) -> list[dict[str, Any]]:
 def langchain_chat_model(log: PromptLog, objects_only: bool = False) -> Any:
     """A LangChain chat model whose replies come from a book model.
 
-    Each call is read by LangChain's own parser for OpenAI-style calls, and
-    one whose arguments do not parse becomes an invalid tool call; one whose
-    arguments parse to something other than an object does too, but only
-    with ``objects_only``: without it, LangChain's ``AIMessage`` refuses the
-    reply and the run ends.
-    """
+    LangChain's own parser reads each call; one whose arguments do not
+    parse becomes an invalid tool call, and so does one whose arguments are
+    not an object, with ``objects_only``: without it, LangChain's
+    ``AIMessage`` refuses the reply and the run ends."""
     from langchain_core.language_models.chat_models import BaseChatModel
     from langchain_core.messages import AIMessage
     from langchain_core.output_parsers.openai_tools import (
