@@ -7,7 +7,7 @@ import json
 import re
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from agentbook.anatomy import (
     SYSTEM_PROMPT,
@@ -23,6 +23,7 @@ from agentbook.anatomy import (
     _fingerprint,
     _kinds,
     _tool_message,
+    allow_all,
     estimate_tokens,
     execute_call,
     make_environment,
@@ -30,7 +31,7 @@ from agentbook.anatomy import (
     tool_schema_json,
     validate_call,
 )
-from agentbook.durable import ApprovalDecision, ApprovalPolicy, _decided, call_digest
+from agentbook.durable import ApprovalPolicy, ApprovalRequest, _takes_key, call_digest
 
 __all__ = [
     "KernelStop",
@@ -785,8 +786,8 @@ def agents_approval_trial(model: Callable[[], Any], loads: int = 2,
                               system_prompt=SYSTEM_PROMPT)
     saved = _edited(paused.to_state().to_string(), edit_to)
     if book is not None:  # the person approves each call as it was shown
-        for call_id in list(book.requested):
-            book.approve(call_id)
+        for request in list(book.requests):
+            book.approve(request)
 
     def approved(agent: Any) -> Any:
         state = _sync(AgentsState.from_string(agent, saved))
@@ -822,8 +823,8 @@ def pydantic_approval_trial(model: Callable[[], Any], loads: int = 2,
     saved = _edited(ModelMessagesTypeAdapter.dump_json(
         paused.all_messages()).decode(), edit_to)
     if book is not None:
-        for call_id in list(book.requested):
-            book.approve(call_id)
+        for request in list(book.requests):
+            book.approve(request)
     for _ in range(loads):
         run_in_pydantic(PromptLog(model()), made, effects, None,
                         system_prompt=SYSTEM_PROMPT, capabilities=hooks,
@@ -854,8 +855,8 @@ def langgraph_approval_trial(model: Callable[[], Any], loads: int = 2,
     config = {"configurable": {"thread_id": "desk"}}
     pending = graph.get_state(config).values["messages"][-1]
     if book is not None:
-        for call_id in list(book.requested):
-            book.approve(call_id)
+        for request in list(book.requests):
+            book.approve(request)
     if edit_to is not None:
         calls = [{**call, "args": {**call["args"], "amount_cents": edit_to}}
                  if call["name"] == "refund_order" else call
@@ -1069,16 +1070,18 @@ class ApprovalLedger:
     """Chapter 2's binding of an approval to its call, kept beside a framework.
 
     The framework pauses and resumes by its own means; the ledger lives
-    outside the state it saves. ``asks`` records the digest of each call
-    held for a person as the call first stood; ``approve`` takes the
-    person's yes for that digest; ``settle`` (next cell) runs such a call
-    only if the digest of the arguments about to run was approved.
+    outside the state it saves (in a service, a table beside the
+    framework's store). ``asks`` files a request for each call held for a
+    person, as the call stands, once per digest; ``approve`` takes the
+    person's yes for the request they were shown; ``settle`` (next cell)
+    runs a held call only if the digest of the arguments about to run
+    was approved, whatever call id the model reused.
     """
 
     run_id: str
     tools: dict[str, ToolSpec]
     policy: ApprovalPolicy = field(default_factory=ApprovalPolicy)
-    requested: dict[str, str] = field(default_factory=dict)
+    requests: list[ApprovalRequest] = field(default_factory=list)
     approved: set[str] = field(default_factory=set)
 
     def digest(self, call: ToolCall) -> str:
@@ -1086,16 +1089,19 @@ class ApprovalLedger:
                            call.arguments or {})
 
     def asks(self, call: ToolCall) -> bool:
-        """Whether a person must approve ``call``; remembers it if so."""
-        if (validate_call(call, self.tools) is not None
-                or self.policy.classify(call, self.tools)[0] != "ask"):
+        """Whether a person must approve ``call``; files a request if so."""
+        verdict, reason = self.policy.classify(call, self.tools)
+        if validate_call(call, self.tools) is not None or verdict != "ask":
             return False
-        self.requested.setdefault(call.call_id, self.digest(call))
+        digest = self.digest(call)
+        if all(request.digest != digest for request in self.requests):
+            self.requests.append(ApprovalRequest(
+                call.call_id, call.name, call.arguments or {}, digest, reason))
         return True
 
-    def approve(self, call_id: str) -> None:
-        """Approve the call ``call_id`` as it stood when it was held."""
-        self.approved.add(self.requested[call_id])
+    def approve(self, request: ApprovalRequest) -> None:
+        """Approve the call a person was shown, as ``request`` shows it."""
+        self.approved.add(request.digest)
 
     def settle(self, call: ToolCall) -> Observation:
         return settle_approved(self, call)
@@ -1103,21 +1109,27 @@ class ApprovalLedger:
 
 # From chapters/04_protocols.ipynb, cell settle-approved
 def settle_approved(ledger: ApprovalLedger, call: ToolCall) -> Observation:
-    """Validate ``call`` and apply the ledger's policy. A call held for a
-    person runs only if the digest of its arguments, as they are now, is
-    one the person approved, and it is paid under ``approval/<digest>`` on
-    Chapter 2's keyed desk, so two resumes of one approval pay once."""
+    """Validate ``call``, apply the ledger's policy, and pay every effect
+    under a key made from the call's digest: ``approval/<digest>`` for a
+    call a person approved, ``automatic/<digest>`` for one the policy
+    allows, on Chapter 2's keyed desk. A framework that runs a step again
+    (two resumes of one pause, a replay from an older checkpoint) sends
+    the same key, and the desk pays once. A held call runs only if its
+    digest, as the call stands now, was approved; one whose tool takes no
+    key is refused, since its approval could be spent twice."""
     problem = validate_call(call, ledger.tools)
     if problem is not None:
         return Observation(call.call_id, False, "invalid", problem)
     verdict, reason = ledger.policy.classify(call, ledger.tools)
-    if verdict != "ask":
-        return execute_call(call, ledger.tools,
-                            lambda _: (verdict == "allow", reason))
-    digest = ledger.digest(call)
-    if digest not in ledger.approved:
-        return Observation(call.call_id, False, "denied",
-                           "no approval for this call as it now stands")
-    decision = ApprovalDecision(call.call_id, digest, True, "ledger",
-                                "approved")
-    return _decided(call, decision, ledger.tools)
+    digest, spec = ledger.digest(call), ledger.tools[call.name]
+    if verdict == "ask" and digest not in ledger.approved:
+        verdict, reason = "deny", "no approval for this call as it now stands"
+    if verdict == "ask" and not _takes_key(spec):
+        verdict, reason = "deny", "an approval here could be spent twice"
+    if verdict == "deny":
+        return Observation(call.call_id, False, "denied", reason)
+    if _takes_key(spec):
+        key = f"{'approval' if verdict == 'ask' else 'automatic'}/{digest}"
+        spec = replace(spec, handler=lambda **arguments: ledger.tools[
+            call.name].handler(**arguments, idempotency_key=key))
+    return execute_call(call, {call.name: spec}, allow_all)

@@ -116,18 +116,34 @@ def ledger_with_held_refund() -> tuple[ApprovalLedger, list[dict[str, Any]], Too
 def test_the_ledger_pays_an_approved_call_once_and_refuses_it_changed() -> None:
     ledger, effects, held = ledger_with_held_refund()
     assert ledger.settle(held).kind == "denied"  # not approved yet
-    ledger.approve("call_2")
+    [shown] = ledger.requests
+    ledger.approve(shown)
     changed = ToolCall("call_2", "refund_order", {"order_id": "A-17", "amount_cents": 19999})
-    assert ledger.asks(changed)  # asked again, it keeps the call as it was first held
+    assert ledger.asks(changed)  # asked again: a request of its own, not approved
     renamed = ToolCall("call_9", "refund_order", {"order_id": "A-17", "amount_cents": 7999})
     assert [ledger.settle(call).kind for call in (changed, renamed, held, held)] == [
         "denied", "denied", "result", "result"]
+    assert refunds(effects) == [7999]
+    assert [request.arguments["amount_cents"] for request in ledger.requests] == [7999, 19999]
+
+
+def test_an_approval_is_for_the_call_the_person_was_shown_when_an_id_returns() -> None:
+    """A model may name a new call with an old id. The person approves the request shown,
+    7,999 cents, not whatever the id first named (19,999 cents, held and never approved)."""
+    tools, effects, _ = make_keyed_environment()
+    ledger = ApprovalLedger("run", tools)
+    first = ToolCall("call_2", "refund_order", {"order_id": "A-17", "amount_cents": 19999})
+    later = ToolCall("call_2", "refund_order", {"order_id": "A-17", "amount_cents": 7999})
+    assert ledger.asks(first) and ledger.asks(later)
+    [shown] = [r for r in ledger.requests if r.arguments == later.arguments]
+    ledger.approve(shown)
+    assert [ledger.settle(call).kind for call in (first, later)] == ["denied", "result"]
     assert refunds(effects) == [7999]
 
 
 def test_two_resumes_at_once_pay_an_approval_once() -> None:
     ledger, effects, held = ledger_with_held_refund()
-    ledger.approve("call_2")
+    ledger.approve(ledger.requests[0])
     start = threading.Barrier(8)
 
     def resume() -> None:
@@ -380,7 +396,7 @@ def test_the_agents_sdks_fingerprint_binds_an_approval_only_against_a_careless_e
         effects, made, book = desk(ledger)
         saved = pause(7999, effects, made)
         if book is not None:
-            book.approve("call_2")  # the person approved 7,999 cents
+            book.approve(book.requests[0])  # the person approved 7,999 cents
         other = pause(19999, *desk(ledger)[:2])
         [old], [new] = fingerprints(saved) - fingerprints(other), fingerprints(other) - (
             fingerprints(saved))
@@ -427,3 +443,18 @@ def test_the_trials_policy_holds_a_call_it_cannot_read() -> None:
     run, _ = run_in_pydantic(PromptLog(goodwill_model()), made, effects, GOODWILL_TASK,
                              system_prompt=SYSTEM_PROMPT, capabilities=hooks)
     assert run.ending == "paused" and effects == []
+
+
+# --- Variants: what a model can vary, and what the kernel's rules still hold ------------------
+
+def mixed() -> ScriptedModel:
+    """One message: a refund within automatic authority and one a person must approve."""
+    return ScriptedModel(turns=[message_of(3000, 8000), answer_message("done")])
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_two_resumes_of_a_paused_message_pay_its_automatic_refund_once_with_the_ledger(
+        framework: str) -> None:
+    """LangGraph runs the paused node again on each resume, the automatic refund with it: the
+    ledger pays every effect under a key, not only the approved ones."""
+    assert refunds(TRIALS[framework](mixed, loads=2, ledger=True)) == [3000, 8000]
