@@ -65,6 +65,7 @@ __all__ = [
     "gated_agents_tools",
     "pydantic_gate_tools",
     "gated_tool_node",
+    "kernel_read",
     "genai_spans",
     "as_kernel_result",
     "otel_genai_spans",
@@ -90,6 +91,7 @@ class PromptLog:
     calls ``chat``. Given ``max_prompt_tokens``, a prompt over budget is
     not sent; once a tool sets ``stop``, the next model call is not made.
     Both raise ``KernelStop``, the kernel's budget and no-progress rules.
+    ``replies`` keeps every reply exactly as the model wrote it.
     """
 
     model: Any
@@ -97,6 +99,7 @@ class PromptLog:
     prompts: list[list[dict[str, Any]]] = field(default_factory=list)
     stop: Stop | None = None
     last: list[dict[str, Any]] = field(default_factory=list)
+    replies: list[dict[str, Any]] = field(default_factory=list)
 
     def chat(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
         plain = json.loads(json.dumps(messages, default=str))
@@ -109,6 +112,7 @@ class PromptLog:
         self.prompts.append(plain)
         reply = dict(self.model.chat(copy.deepcopy(plain)))
         self.last = [*plain, {**reply, "role": "assistant"}]
+        self.replies.append(copy.deepcopy(self.last[-1]))
         return reply
 
 
@@ -116,8 +120,9 @@ class PromptLog:
 @dataclass
 class FreshIds:
     """A book model whose replies name every call afresh, as a served
-    model's do: ``call_2`` in the model's third reply becomes ``call_2-3``.
-    Chapter 1's scripts reuse ids, which a framework may take for one call.
+    model's do: ``call_2`` in the model's third reply becomes ``call_2-3``,
+    and a second ``call_2`` in that reply ``call_2-3.2``. Chapter 1's
+    scripts reuse ids, which a framework may take for one call.
     """
 
     model: Any
@@ -125,9 +130,12 @@ class FreshIds:
     def chat(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
         reply: dict[str, Any] = copy.deepcopy(self.model.chat(messages))
         turn = 1 + sum(m.get("role") == "assistant" for m in messages)
+        named: Counter[str] = Counter()
         for entry in reply.get("tool_calls") or []:
             if isinstance(entry, dict) and isinstance(entry.get("id"), str):
-                entry["id"] = f"{entry['id']}-{turn}"
+                named[entry["id"]] += 1
+                count = named[entry["id"]]
+                entry["id"] += f"-{turn}" + (f".{count}" if count > 1 else "")
         return reply
 
 
@@ -139,7 +147,9 @@ class FrameworkRun:
     ``messages`` is the run's record in Chapter 1's wire format, ``ending``
     says how it ended (``answered``, ``paused``, a ``Stop`` value, or the
     name of the exception the framework raised), ``prompts`` holds the
-    estimated size of each prompt sent, and ``effects`` the desk's log.
+    estimated size of each prompt sent, ``effects`` the desk's log, and
+    ``replies`` the model's replies exactly as it wrote them, which the
+    framework's record may have rewritten.
     """
 
     framework: str
@@ -147,15 +157,19 @@ class FrameworkRun:
     ending: str
     prompts: list[int]
     effects: list[dict[str, Any]]
+    replies: list[dict[str, Any]]
 
 
 def kernel_run(result: RunResult,
                effects: list[dict[str, Any]]) -> FrameworkRun:
     """A run of the book's own loop, in the same record."""
-    return FrameworkRun("agentbook", result.state.messages, result.stop.value,
-                        result.state.prompt_token_log, effects)
+    messages = result.state.messages
+    return FrameworkRun("agentbook", messages, result.stop.value,
+                        result.state.prompt_token_log, effects,
+                        [m for m in messages if m.get("role") == "assistant"])
 
 
+# From chapters/04_protocols.ipynb, cell framework-helpers
 def _sync(coroutine: Any) -> Any:
     """Run a framework's coroutine to its end from plain code: in a thread
     of its own, so that it works in Jupyter too, where a loop is running."""
@@ -296,27 +310,31 @@ def _langchain_wire(messages: list[Any]) -> list[dict[str, Any]]:
 
 
 # From chapters/04_protocols.ipynb, cell langchain-model
-def langchain_chat_model(log: PromptLog, objects_only: bool = False) -> Any:
-    """A LangChain chat model whose replies come from a book model.
-
-    LangChain's own parser reads each call; one whose arguments do not
-    parse becomes an invalid tool call, and so does one whose arguments are
-    not an object, with ``objects_only``: without it, LangChain's
-    ``AIMessage`` refuses the reply and the run ends."""
-    from langchain_core.language_models.chat_models import BaseChatModel
-    from langchain_core.messages import AIMessage
+def _langchain_read(reply: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+    """A reply's calls as LangChain's parser reads them: (calls, invalid)."""
     from langchain_core.output_parsers.openai_tools import (
         make_invalid_tool_call, parse_tool_call)
-    from langchain_core.outputs import ChatGeneration, ChatResult
 
-    def parsed(entry: dict[str, Any]) -> tuple[Any, Any]:
+    calls, invalid = [], []
+    for entry in reply.get("tool_calls") or []:
         try:
             call = parse_tool_call(entry, return_id=True)
         except Exception as failure:  # bad JSON: kept, as an invalid call
-            return None, make_invalid_tool_call(entry, str(failure))
-        if objects_only and not isinstance((call or {}).get("args"), dict):
-            return None, make_invalid_tool_call(entry, "not a JSON object")
-        return call, None
+            invalid.append(make_invalid_tool_call(entry, str(failure)))
+            continue
+        calls += [call] if call else []
+    return calls, invalid
+
+
+def langchain_chat_model(log: PromptLog,
+                         read: Callable[[Any], Any] | None = None) -> Any:
+    """A LangChain chat model whose replies come from a book model, each
+    reply's calls read by ``read`` (LangChain's parser unless given).
+    Arguments that parse to something other than an object make LangChain's
+    ``AIMessage`` refuse the reply, and the run ends."""
+    from langchain_core.language_models.chat_models import BaseChatModel
+    from langchain_core.messages import AIMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
 
     class BookChatModel(BaseChatModel):
         @property
@@ -326,20 +344,23 @@ def langchain_chat_model(log: PromptLog, objects_only: bool = False) -> Any:
         def _generate(self, messages: list[Any], *args: Any,
                       **kwargs: Any) -> ChatResult:
             reply = log.chat(_langchain_wire(messages))
-            calls = [parsed(entry) for entry in reply.get("tool_calls") or []]
-            message = AIMessage(
-                content=reply.get("content") or "",
-                tool_calls=[call for call, _ in calls if call],
-                invalid_tool_calls=[bad for _, bad in calls if bad])
+            calls, invalid = (read or _langchain_read)(reply)
+            message = AIMessage(content=reply.get("content") or "",
+                                tool_calls=calls, invalid_tool_calls=invalid)
             return ChatResult(generations=[ChatGeneration(message=message)])
 
     return BookChatModel()
 
 
 # From chapters/04_protocols.ipynb, cell call-helpers
-def _call_from_text(call_id: str, name: str, arguments: Any) -> ToolCall:
-    """A call as the kernel's parser reads it, from a framework's pieces."""
-    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+def _call_from_text(call_id: str, name: str, arguments: Any,
+                    as_written: bool = False) -> ToolCall:
+    """A call as the kernel's parser reads it, from a framework's pieces.
+    Arguments the framework already decoded are written as JSON first;
+    with ``as_written`` they are the model's own, and anything but text is
+    refused, as the wire format refuses it."""
+    text = (arguments if as_written or isinstance(arguments, str)
+            else json.dumps(arguments))
     return parse_tool_calls({"tool_calls": [{
         "id": call_id, "type": "function",
         "function": {"name": name, "arguments": text}}]})[0]
@@ -518,11 +539,11 @@ def run_in_agents(log: PromptLog, agent_tools: list[Any],
                                         data.new_items)] if data else []
         return FrameworkRun("Agents SDK", _agents_record(
             system_prompt, items, log), _ended_by(failure), _sizes(log),
-            effects), None
+            effects, log.replies), None
     ending = "paused" if result.interruptions else "answered"
     return FrameworkRun("Agents SDK", _agents_record(
         system_prompt, result.to_input_list(), log), ending, _sizes(log),
-        effects), result
+        effects, log.replies), result
 
 
 # From chapters/04_protocols.ipynb, cell run-in-pydantic
@@ -557,27 +578,30 @@ def run_in_pydantic(log: PromptLog, agent_tools: list[Any],
         record = _pydantic_wire(messages, system_prompt)
         record = record if _holds_last_reply(record, log.last) else log.last
         return FrameworkRun("PydanticAI", record, _ended_by(failure),
-                            _sizes(log), effects), None
+                            _sizes(log), effects, log.replies), None
     paused = isinstance(result.output, DeferredToolRequests)
     ending = "paused" if paused else "answered"
     return FrameworkRun("PydanticAI", _pydantic_wire(
         result.all_messages(), system_prompt), ending, _sizes(log),
-        effects), result
+        effects, log.replies), result
 
 
 # From chapters/04_protocols.ipynb, cell langgraph-desk
 def langgraph_desk(log: PromptLog, tool_node: Any,
                    route: Callable[..., str] | None = None,
                    checkpointer: Any = None,
-                   objects_only: bool = False) -> Any:
+                   read: Callable[[Any], Any] | None = None) -> Any:
     """The refund desk as a LangGraph graph: a model node and a tool node in
     a loop, routed by ``tools_condition`` unless ``route`` is given, and
-    checkpointed after every step (in memory unless told otherwise)."""
+    checkpointed after every step (in memory unless told otherwise); its
+    model reads calls with ``read``. The checkpointer cannot store an
+    integer wider than 64 bits: a reply that holds one ends the run with
+    a ``TypeError``, before any of its calls runs."""
     from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.graph import START, MessagesState, StateGraph
     from langgraph.prebuilt import tools_condition
 
-    model = langchain_chat_model(log, objects_only)
+    model = langchain_chat_model(log, read)
     graph = StateGraph(MessagesState)
     graph.add_node("model", lambda state: {"messages": [
         model.invoke(state["messages"])]})
@@ -611,7 +635,8 @@ def run_in_langgraph(graph: Any, log: PromptLog,
     messages = _langchain_wire(state.get("messages", []))
     if not _holds_last_reply(messages, log.last):  # it failed on the reply
         messages = log.last
-    return FrameworkRun("LangGraph", messages, ending, _sizes(log), effects)
+    return FrameworkRun("LangGraph", messages, ending, _sizes(log), effects,
+                        log.replies)
 
 
 # From chapters/04_protocols.ipynb, cell run-desk-in
@@ -677,7 +702,8 @@ def _desk_in_langgraph(log: PromptLog, tools: dict[str, ToolSpec],
                        limits: Limits, settle: Settle | None) -> FrameworkRun:
     node, route = (gated_tool_node(settle) if settle
                    else (langgraph_tools(tools, gate), None))
-    graph = langgraph_desk(log, node, route, objects_only=settle is not None)
+    graph = langgraph_desk(log, node, route,
+                           read=kernel_read if settle else None)
     return run_in_langgraph(graph, log, effects, task,
                             system_prompt=SYSTEM_PROMPT,
                             recursion_limit=2 * limits.max_turns)
@@ -694,11 +720,10 @@ def _receipt(call: ToolCall) -> dict[str, Any] | None:
 
 def effects_authorized(run: FrameworkRun, tools: dict[str, ToolSpec],
                        gate: Gate) -> bool:
-    """Every receipt comes from a call that, as the model wrote it, passes
-    Chapter 1's validation and ``gate``. What a framework's own, laxer
-    checks let through does not count as authorized."""
-    allowed = [_receipt(call) for message in run.messages
-               if message.get("role") == "assistant"
+    """Every receipt comes from a call that, as the model wrote it (in
+    ``run.replies``), passes Chapter 1's validation and ``gate``. What a
+    framework's own, laxer checks let through does not count."""
+    allowed = [_receipt(call) for message in run.replies
                for call in parse_tool_calls(message)
                if validate_call(call, tools) is None and gate(call)[0]]
     return _kinds(run.effects) <= _kinds([r for r in allowed if r])
@@ -849,7 +874,8 @@ def langgraph_approval_trial(model: Callable[[], Any], loads: int = 2,
                    else (langgraph_tools(tools, ask=_policy_asks(tools)),
                          None))
     log = PromptLog(model())
-    graph = langgraph_desk(log, node, route)
+    read = kernel_read if book else None  # the gated node reads as the kernel
+    graph = langgraph_desk(log, node, route, read=read)
     run_in_langgraph(graph, log, effects, GOODWILL_TASK,
                      system_prompt=SYSTEM_PROMPT)
     config = {"configurable": {"thread_id": "desk"}}
@@ -866,7 +892,7 @@ def langgraph_approval_trial(model: Callable[[], Any], loads: int = 2,
     saved = copy.deepcopy(graph.checkpointer)
     for _ in range(loads):
         log = PromptLog(model())
-        copy_of = langgraph_desk(log, node, route, copy.deepcopy(saved))
+        copy_of = langgraph_desk(log, node, route, copy.deepcopy(saved), read)
         run_in_langgraph(copy_of, log, effects, None,
                          system_prompt=SYSTEM_PROMPT, resume="approve")
     return effects
@@ -916,7 +942,7 @@ def gated_agents_tools(tools: dict[str, ToolSpec], settle: Settle,
     def invoker(name: str) -> Any:
         async def invoke(context: Any, arguments: str) -> str:
             return _answer(settle(_call_from_text(
-                context.tool_call_id, name, arguments)))
+                context.tool_call_id, name, arguments, as_written=True)))
         return invoke
 
     def needs(name: str, ask: AskFor) -> Any:
@@ -942,7 +968,7 @@ def pydantic_gate_tools(tools: dict[str, ToolSpec], settle: Settle,
     the capability they need: (tools, capabilities).
 
     A ``before_tool_validate`` hook hands each tool the arguments as the
-    model wrote them, as text, so the kernel's parser reads them; then
+    model wrote them, so the kernel's parser reads them; then
     ``settle`` validates, gates and runs the call, and the model reads the
     kernel's tool message. A call ``ask`` holds is deferred until approved.
     """
@@ -954,12 +980,11 @@ def pydantic_gate_tools(tools: dict[str, ToolSpec], settle: Settle,
     @hooks.on.before_tool_validate
     async def as_written(ctx: Any, *, call: Any, tool_def: Any,
                          args: Any) -> Any:
-        text = args if isinstance(args, str) else json.dumps(args)
-        return {"arguments": text}
+        return {"arguments": args}
 
     def settled(name: str) -> Callable[..., str]:
-        def invoke(ctx: Any, arguments: str) -> str:
-            call = _call_from_text(ctx.tool_call_id, name, arguments)
+        def invoke(ctx: Any, arguments: Any) -> str:
+            call = _call_from_text(ctx.tool_call_id, name, arguments, True)
             if ask is not None and not ctx.tool_call_approved and ask(call):
                 raise ApprovalRequired
             return _answer(settle(call))
@@ -980,19 +1005,25 @@ def gated_tool_node(settle: Settle, ask: AskFor | None = None,
     """A LangGraph tool node that settles every call by the kernel, and its
     router: (node, route).
 
-    Calls whose arguments did not parse are answered too, as ``invalid``,
-    and the router sends them to the node, where ``tools_condition`` would
-    end the run with them unanswered. Calls that ``ask`` holds pause the
-    graph, all of them before any call of the message runs, since LangGraph
-    runs a node again from its start when it resumes.
+    Invalid tool calls are answered too, as ``invalid`` with the reason
+    their reader gave, and the router sends them to the node, where
+    ``tools_condition`` would end the run with them unanswered. Calls that
+    ``ask`` holds pause the graph, all of them before any call of the
+    message runs, since LangGraph runs a node again from its start when it
+    resumes.
     """
     from langchain_core.messages import ToolMessage
     from langgraph.graph import END
     from langgraph.types import interrupt
 
+    def read(entry: Any, refused: bool) -> ToolCall:
+        call = _call_from_text(entry["id"], entry["name"], entry["args"])
+        return (replace(call, arguments=None, problem=entry["error"])
+                if refused else call)
+
     def calls_of(message: Any) -> list[ToolCall]:
-        return [_call_from_text(c["id"], c["name"], c["args"])
-                for c in [*message.tool_calls, *message.invalid_tool_calls]]
+        return [*(read(entry, False) for entry in message.tool_calls),
+                *(read(entry, True) for entry in message.invalid_tool_calls)]
 
     def node(state: dict[str, Any]) -> dict[str, Any]:
         calls = calls_of(state["messages"][-1])
@@ -1009,6 +1040,31 @@ def gated_tool_node(settle: Settle, ask: AskFor | None = None,
         return "tools" if calls_of(state["messages"][-1]) else END
 
     return node, route
+
+
+# From chapters/04_protocols.ipynb, cell kernel-read
+def kernel_read(reply: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+    """A reply's calls as Chapter 1's parser reads them, in LangChain's
+    terms: (calls, invalid calls). A call the parser refuses keeps the id
+    the parser gives it, its reason, and its arguments if they were text.
+    """
+    from langchain_core.messages.tool import invalid_tool_call, tool_call
+
+    read = parse_tool_calls(reply)
+    entries = reply["tool_calls"] if read else []
+    entries = entries if isinstance(entries, list) else [entries]
+    calls, invalid = [], []
+    for entry, call in zip(entries, read, strict=True):
+        if call.arguments is not None:
+            calls.append(tool_call(name=call.name, args=call.arguments,
+                                   id=call.call_id))
+            continue
+        shape = entry.get("function") if isinstance(entry, dict) else None
+        text = shape.get("arguments") if isinstance(shape, dict) else None
+        invalid.append(invalid_tool_call(
+            name=call.name, args=text if isinstance(text, str) else None,
+            id=call.call_id, error=call.problem))
+    return calls, invalid
 
 
 # From chapters/04_protocols.ipynb, cell framework-spans

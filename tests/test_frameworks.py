@@ -173,6 +173,8 @@ HOSTILE_ARGUMENTS = {
     "an extra field": '{"order_id": "A-17", "amount_cents": 100, "note": "urgent"}',
     "a key of its own": '{"order_id": "A-17", "amount_cents": 100, "idempotency_key": "k"}',
     "a nested amount": '{"order_id": "A-17", "amount_cents": {"value": 100}}',
+    "a control character": '{"order_id": "A-17\n", "amount_cents": 100}',
+    "empty": "",
     "null": "null",
     "not JSON": '{"order_id": A-17}',
     "not an object": "[1, 2]",
@@ -206,6 +208,7 @@ def test_with_the_kernels_rules_an_unknown_tool_is_answered_and_the_run_checks(
     ("PydanticAI", HOSTILE_ARGUMENTS["an exponent"], [1000]),
     ("Agents SDK", HOSTILE_ARGUMENTS["an extra field"], [100]),  # the field dropped
     ("LangGraph", HOSTILE_ARGUMENTS["an extra field"], [100]),
+    ("LangGraph", HOSTILE_ARGUMENTS["a control character"], [100]),  # LangChain's lax parse
 ])
 def test_as_it_comes_a_framework_pays_for_a_call_the_kernel_refuses(
         framework: str, arguments: str, paid: list[int]) -> None:
@@ -458,3 +461,133 @@ def test_two_resumes_of_a_paused_message_pay_its_automatic_refund_once_with_the_
     """LangGraph runs the paused node again on each resume, the automatic refund with it: the
     ledger pays every effect under a key, not only the approved ones."""
     assert refunds(TRIALS[framework](mixed, loads=2, ledger=True)) == [3000, 8000]
+
+
+def test_fresh_ids_name_two_calls_of_one_reply_apart() -> None:
+    """A served model never names two calls of one reply alike; Chapter 1's scripts may."""
+    model = FreshIds(ScriptedModel(turns=[message_of(100, 200)]))
+    for entry in (reply := model.chat([{"role": "user", "content": "hi"}]))["tool_calls"]:
+        entry["id"] = "c"
+    renamed = FreshIds(ScriptedModel(turns=[reply])).chat([{"role": "user", "content": "hi"}])
+    assert [entry["id"] for entry in renamed["tool_calls"]] == ["c-1", "c-1.2"]
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_with_the_kernels_rules_two_calls_under_one_id_are_both_settled(framework: str) -> None:
+    twice = message_of(100, 200)
+    for entry in twice["tool_calls"]:
+        entry["id"] = "c1"
+    run = run_desk_in(framework, ScriptedModel(turns=[twice]), TASK, refund_gate,
+                      kernel_rules=True)
+    assert refunds(run.effects) == [100, 200]
+    assert calls_answered(run) and run.ending == "answered"
+
+
+@pytest.mark.parametrize(("framework", "ending"), [("Agents SDK", "ModelBehaviorError"),
+                                                  ("PydanticAI", "UnexpectedModelBehavior")])
+def test_a_framework_fails_on_two_calls_of_one_reply_under_one_id(framework: str,
+                                                                  ending: str) -> None:
+    """Why FreshIds names the calls of one reply apart: without it, two calls under one id end
+    the run in two of the frameworks, the kernel's rules or not, and nothing is paid."""
+    from agentbook import (SYSTEM_PROMPT, gated_agents_tools, pydantic_gate_tools,
+                           run_in_agents, run_in_pydantic)
+
+    twice = message_of(100, 200)
+    for entry in twice["tool_calls"]:
+        entry["id"] = "c1"
+    tools, effects = make_environment()
+    log = PromptLog(ScriptedModel(turns=[twice]))
+    settle = kernel_settle(tools, refund_gate, log)
+    if framework == "Agents SDK":
+        run, _ = run_in_agents(log, gated_agents_tools(tools, settle), effects, TASK,
+                               system_prompt=SYSTEM_PROMPT)
+    else:
+        made, hooks = pydantic_gate_tools(tools, settle)
+        run, _ = run_in_pydantic(log, made, effects, TASK, system_prompt=SYSTEM_PROMPT,
+                                 capabilities=hooks)
+    assert run.ending == ending and effects == []
+
+
+# Calls whose envelope the wire format forbids, with arguments that would pass: the kernel
+# refuses each. With its rules, no framework pays; LangGraph, reading calls with the kernel's
+# parser, answers them, while the other two end the run in their model seat.
+ENVELOPES = {
+    "no id": {"type": "function", "function": {
+        "name": "refund_order", "arguments": '{"order_id": "A-17", "amount_cents": 100}'}},
+    "a numeric id": {"id": 7, "type": "function", "function": {
+        "name": "refund_order", "arguments": '{"order_id": "A-17", "amount_cents": 100}'}},
+    "an object for arguments": {"id": "c1", "type": "function", "function": {
+        "name": "refund_order", "arguments": {"order_id": "A-17", "amount_cents": 100}}},
+}
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("entry", ENVELOPES.values(), ids=ENVELOPES.keys())
+def test_with_the_kernels_rules_a_call_the_wire_format_forbids_moves_no_money(
+        framework: str, entry: dict[str, Any]) -> None:
+    message = {"role": "assistant", "content": None, "tool_calls": [entry]}
+    run = run_desk_in(framework, ScriptedModel(turns=[message]), TASK, refund_gate,
+                      kernel_rules=True)
+    assert run.effects == []
+    if framework == "LangGraph":
+        assert calls_answered(run) and run.ending == "answered"
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_a_gate_that_raises_ends_the_run_and_pays_nothing(framework: str) -> None:
+    """A broken gate fails closed in every framework: the exception ends the run."""
+    def broken(call: ToolCall) -> tuple[bool, str]:
+        raise RuntimeError("the policy service is down")
+
+    for rules in (False, True):
+        run = run_desk_in(framework, overreaching_model(), TASK, broken, kernel_rules=rules)
+        assert run.effects == [] and run.ending not in ("answered", "paused")
+
+
+@pytest.mark.parametrize("rules", [False, True])
+def test_langgraphs_checkpointer_cannot_store_an_integer_wider_than_64_bits(rules: bool) -> None:
+    """The run ends in TypeError before any tool runs: a limit of LangGraph's checkpointer
+    that the kernel's rules do not lift. Nothing is paid."""
+    run = run_desk_in("LangGraph", one_call('{"order_id": "A-17", "amount_cents": 1' + "0" * 20
+                                            + "}"), TASK, refund_gate, kernel_rules=rules)
+    assert run.ending == "TypeError" and run.effects == []
+
+
+def test_a_langgraph_replay_from_an_older_checkpoint_pays_once_with_the_ledger() -> None:
+    """Time travel: invoking the graph from the checkpoint before its tool step runs that step
+    again. As it comes the refund is paid twice; the ledger's key pays it once."""
+    from agentbook import (SYSTEM_PROMPT, gated_tool_node, kernel_read, langgraph_desk,
+                           langgraph_tools, run_in_langgraph)
+
+    for ledger in (False, True):
+        log = PromptLog(ScriptedModel(turns=[message_of(3000), answer_message("done")]))
+        if ledger:
+            tools, effects, _ = make_keyed_environment()
+            book = ApprovalLedger("replay", tools)
+            node, route, read = (*gated_tool_node(book.settle, book.asks), kernel_read)
+        else:
+            tools, effects = make_environment()
+            node, route, read = langgraph_tools(tools, refund_gate), None, None
+        graph = langgraph_desk(log, node, route, read=read)
+        run_in_langgraph(graph, log, effects, TASK, system_prompt=SYSTEM_PROMPT)
+        history = graph.get_state_history({"configurable": {"thread_id": "desk"}})
+        before_tools = next(state for state in history if state.next == ("tools",))
+        log.model = ScriptedModel(turns=[answer_message("done")])
+        graph.invoke(None, before_tools.config)
+        assert refunds(effects) == ([3000] if ledger else [3000, 3000])
+
+
+@pytest.mark.parametrize(("arguments", "ending"), [
+    ('{"order_id": "A-17", "amount_cents": ' + "[" * 5000 + "]" * 5000 + "}", "RecursionError"),
+    ('{"order_id": "A-17\\ud800", "amount_cents": 100}', "UnicodeEncodeError"),
+])
+def test_the_agents_sdks_own_fingerprint_ends_a_run_on_arguments_it_cannot_hash(
+        arguments: str, ending: str) -> None:
+    """The SDK fingerprints every call before any tool sees it, and fails on arguments nested
+    5,000 deep or holding a lone surrogate: the run ends, the kernel's rules or not, and nothing
+    is paid. (The kernel answers the first as invalid and pays the second, a refund to an order
+    id no order has, as the desk's handler allows.)"""
+    for rules in (False, True):
+        run = run_desk_in("Agents SDK", one_call(arguments), TASK, refund_gate,
+                          kernel_rules=rules)
+        assert run.ending == ending and run.effects == []

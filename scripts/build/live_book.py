@@ -60,7 +60,8 @@ LOADS_LIBRARY |= {name: "runs an agent framework, which the page's Python does n
                                "agents_tools", "gated_agents_tools", "run_in_agents",
                                "pydantic_model", "pydantic_tools", "pydantic_gate_tools",
                                "run_in_pydantic", "langchain_chat_model", "langgraph_tools",
-                               "gated_tool_node", "langgraph_desk", "run_in_langgraph")}
+                               "gated_tool_node", "langgraph_desk", "run_in_langgraph",
+                               "kernel_read")}
 # Cells whose own job has no meaning in the page, by notebook cell id, with the reason.
 NOT_IN_PAGE = {
     "install-agentbook": "installs agentbook on Colab; the page has it already",
