@@ -1100,7 +1100,11 @@ _COLLECTOR: dict[str, Any] = {}  # the in-memory exporter, once installed
 def otel_genai_spans(action: Callable[[], Any]) -> list[str]:
     """Run ``action`` while OpenTelemetry's global tracer provider keeps
     spans in memory, as a service's provider would export them; return the
-    names of the GenAI spans the run emitted."""
+    names of the GenAI spans the run emitted. LangSmith, LangChain's own
+    tracer, writes there too, in its OpenTelemetry mode (``otel``: spans
+    for the global provider, nothing sent to LangSmith's service)."""
+    import langsmith
+    from langchain_core.tracers.langchain import wait_for_all_tracers
     from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -1116,7 +1120,11 @@ def otel_genai_spans(action: Callable[[], Any]) -> list[str]:
         provider.add_span_processor(
             SimpleSpanProcessor(_COLLECTOR["exporter"]))
     _COLLECTOR["exporter"].clear()
-    action()
+    tracer = langsmith.Client(tracing_mode="otel")  # after the provider
+    with langsmith.tracing_context(enabled=True, client=tracer):
+        action()
+    wait_for_all_tracers()  # LangSmith writes its spans from a thread
+    tracer.flush()
     return genai_spans(_COLLECTOR["exporter"].get_finished_spans())
 
 

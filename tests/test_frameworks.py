@@ -288,6 +288,25 @@ def test_the_agents_sdk_opens_no_connection_during_a_run(monkeypatch: pytest.Mon
     assert json.dumps(run.messages)  # the record is plain data
 
 
+def test_langgraphs_own_spans_reach_the_global_provider_with_no_connection(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """LangSmith's OpenTelemetry mode writes LangGraph's runs as spans into the provider the
+    book installs, and sends nothing to LangSmith's service."""
+    from agentbook import otel_genai_spans
+
+    attempts: list[Any] = []
+
+    def refuse(self: socket.socket, address: Any) -> None:
+        attempts.append(address)
+        raise OSError("no network in this test")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    spans = otel_genai_spans(lambda: run_desk_in("LangGraph", overreaching_model(), TASK,
+                                                 refund_gate))
+    assert {"BookChatModel", "refund_order"} <= set(spans) and attempts == []
+
+
 # --- Calls of one message run at once -----------------------------------------------------------
 
 def message_of(*cents: int) -> dict[str, Any]:
