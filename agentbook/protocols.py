@@ -909,7 +909,8 @@ def kernel_settle(tools: dict[str, ToolSpec], gate: Gate,
     calls in threads, so a gate that reads the effect log sees every refund
     before it. Given the run's ``PromptLog``, the same proposal denied
     ``repeated_denials`` times sets its stop, so the run ends before the
-    model is asked again: every call of the message is still answered.
+    model is asked again; the message's later calls, which a framework
+    still hands over, are answered as ``skipped``, as the kernel does.
     """
     import threading
 
@@ -918,6 +919,9 @@ def kernel_settle(tools: dict[str, ToolSpec], gate: Gate,
 
     def settle(call: ToolCall) -> Observation:
         with one_at_a_time:
+            if log is not None and log.stop is not None:
+                why = f"not run: the run stopped ({log.stop}) before this call"
+                return Observation(call.call_id, False, "skipped", why)
             observation = execute_call(call, tools, gate)
             if observation.kind == "denied" and log is not None:
                 denials[_fingerprint(call)] += 1
@@ -1178,7 +1182,9 @@ def settle_approved(ledger: ApprovalLedger, call: ToolCall) -> Observation:
     call a person approved, ``automatic/<digest>`` for one the policy
     allows, on Chapter 2's keyed desk. A framework that runs a step again
     (two resumes of one pause, a replay from an older checkpoint) sends
-    the same key, and the desk pays once. A held call runs only if its
+    the same key, and the desk pays once (two calls of a run under one id
+    with the same arguments are one payment: a served model names every
+    call afresh). A held call runs only if its
     digest, as the call stands now, was approved; one whose tool takes no
     key is refused, since its approval could be spent twice."""
     problem = validate_call(call, ledger.tools)

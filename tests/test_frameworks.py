@@ -502,6 +502,17 @@ def test_with_the_kernels_rules_two_calls_under_one_id_are_both_settled(framewor
     assert calls_answered(run) and run.ending == "answered"
 
 
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("name", ["Refund_order", "refund_order ", "refund_\u043erder",
+                                  "functions.refund_order"])
+def test_a_name_like_a_tools_is_an_unknown_tool(framework: str, name: str) -> None:
+    """Case, a trailing space, a Cyrillic o, a namespace: each framework matches names exactly,
+    so the call is answered as unknown and nothing is paid, as in the kernel."""
+    run = run_desk_in(framework, one_call('{"order_id": "A-17", "amount_cents": 100}', name),
+                      TASK, refund_gate, kernel_rules=True)
+    assert run.effects == [] and calls_answered(run) and run.ending == "answered"
+
+
 @pytest.mark.parametrize(("framework", "ending"), [("Agents SDK", "ModelBehaviorError"),
                                                   ("PydanticAI", "UnexpectedModelBehavior")])
 def test_a_framework_fails_on_two_calls_of_one_reply_under_one_id(framework: str,
@@ -610,3 +621,20 @@ def test_the_agents_sdks_own_fingerprint_ends_a_run_on_arguments_it_cannot_hash(
         run = run_desk_in("Agents SDK", one_call(arguments), TASK, refund_gate,
                           kernel_rules=rules)
         assert run.ending == ending and run.effects == []
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_with_the_kernels_rules_a_call_after_the_stop_is_skipped_not_paid(framework: str) -> None:
+    """The kernel stops at the second identical denial and skips the rest of that message.
+    A framework runs the rest of the message anyway: settle must answer it as skipped."""
+    from agentbook import Limits, kernel_run, run_agent
+
+    def model() -> ScriptedModel:
+        return ScriptedModel(turns=[message_of(9999), message_of(9999, 100)])
+
+    tools, effects = make_environment()
+    kernel = kernel_run(run_agent(TASK, FreshIds(model()), tools, refund_gate, Limits()), effects)
+    run = run_desk_in(framework, model(), TASK, refund_gate, kernel_rules=True)
+    assert kernel.ending == run.ending == "no_progress"
+    assert refunds(kernel.effects) == refunds(run.effects) == []
+    assert calls_answered(run)
