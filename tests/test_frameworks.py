@@ -141,6 +141,18 @@ def test_an_approval_is_for_the_call_the_person_was_shown_when_an_id_returns() -
     assert refunds(effects) == [7999]
 
 
+def test_the_ledger_refuses_a_key_the_model_sends_itself() -> None:
+    """A model that names the approved call's key cannot spend or block it: the contract has
+    no such field, so the call is invalid before any key is sent."""
+    ledger, effects, held = ledger_with_held_refund()
+    ledger.approve(ledger.requests[0])
+    forged = ToolCall("call_3", "refund_order", {
+        "order_id": "A-17", "amount_cents": 100,
+        "idempotency_key": f"approval/{ledger.digest(held)}"})
+    assert ledger.settle(forged).kind == "invalid"
+    assert [ledger.settle(held).kind, refunds(effects)] == ["result", [7999]]
+
+
 def test_two_resumes_at_once_pay_an_approval_once() -> None:
     ledger, effects, held = ledger_with_held_refund()
     ledger.approve(ledger.requests[0])
@@ -227,6 +239,39 @@ def test_as_it_comes_a_framework_leaves_a_malformed_call_unanswered(
         framework: str, name: str, arguments: str, ending: str) -> None:
     run = run_desk_in(framework, one_call(arguments, name), TASK, refund_gate)
     assert run.ending == ending and not calls_answered(run)
+
+
+def test_pydantic_ai_answers_every_refusal_given_as_a_result_rather_than_a_retry() -> None:
+    """The chapter's PydanticAI gate refuses with ModelRetry, whose retry limit ends the
+    stubborn run with its last refusal unanswered. A hook may instead raise SkipToolExecution
+    with the refusal as the tool's result: every call is answered, and the run goes on to the
+    request limit, counting no retries."""
+    from pydantic_ai import Tool, UsageLimits
+    from pydantic_ai.capabilities import Hooks
+    from pydantic_ai.exceptions import SkipToolExecution
+
+    from agentbook import SYSTEM_PROMPT, run_in_pydantic
+
+    tools, effects = make_environment()
+    hooks = Hooks()
+
+    @hooks.on.before_tool_execute
+    async def policy(ctx: Any, *, call: Any, tool_def: Any, args: Any) -> Any:
+        allowed, reason = refund_gate(ToolCall(call.tool_call_id, call.tool_name, dict(args)))
+        if not allowed:
+            raise SkipToolExecution(json.dumps({"ok": False, "kind": "denied",
+                                                "content": reason}))
+        return args
+
+    insist = tool_call_message("s1", "refund_order", {"order_id": "A-17", "amount_cents": 9999})
+    stubborn = FreshIds(ScriptedModel(turns=[insist], reactions={"denied": insist}))
+    made = [Tool(spec.handler, name=name, description=spec.description)
+            for name, spec in tools.items()]
+    run, _ = run_in_pydantic(PromptLog(stubborn), made, effects, TASK,
+                             system_prompt=SYSTEM_PROMPT, capabilities=[hooks],
+                             usage_limits=UsageLimits(request_limit=8))
+    assert run.ending == "UsageLimitExceeded" and len(run.prompts) == 8
+    assert calls_answered(run) and effects == []
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
