@@ -230,6 +230,19 @@ def test_as_it_comes_a_framework_pays_for_a_call_the_kernel_refuses(
     assert not effects_authorized(run, tools, refund_gate)
 
 
+def test_the_agents_sdk_declares_a_strict_schema_it_does_not_check_on_return() -> None:
+    """The schema it sends forbids other fields, and a model that decodes under strict mode
+    could not write one; the SDK itself does not check the arguments that come back."""
+    from agentbook import agents_tools
+
+    tools, _ = make_environment()
+    [refund] = [tool for tool in agents_tools(tools, refund_gate) if tool.name == "refund_order"]
+    assert refund.strict_json_schema and refund.params_json_schema["additionalProperties"] is False
+    run = run_desk_in("Agents SDK", one_call(HOSTILE_ARGUMENTS["an extra field"]), TASK,
+                      refund_gate)
+    assert refunds(run.effects) == [100]
+
+
 @pytest.mark.parametrize(("framework", "name", "arguments", "ending"), [
     ("Agents SDK", "delete_database", "{}", "ModelBehaviorError"),
     ("LangGraph", "refund_order", HOSTILE_ARGUMENTS["not JSON"], "answered"),
