@@ -438,6 +438,24 @@ def test_langgraphs_tool_node_pays_a_refund_again_when_it_resumes() -> None:
     assert refunds(langgraph_approval_trial(mixed, loads=1, ledger=True)) == [3000, 8000]
 
 
+def test_pydantic_ai_refuses_a_decision_for_a_call_it_is_not_holding() -> None:
+    """Resuming with the approval of another call, or of none, raises before any tool runs."""
+    from agentbook import GOODWILL_TASK, SYSTEM_PROMPT, pydantic_gate_tools, run_in_pydantic
+
+    tools, effects, _ = make_keyed_environment()
+    book = ApprovalLedger("run", tools)
+    made, hooks = pydantic_gate_tools(tools, book.settle, book.asks)
+    _, paused = run_in_pydantic(PromptLog(goodwill_model()), made, effects, GOODWILL_TASK,
+                                system_prompt=SYSTEM_PROMPT, capabilities=hooks)
+    book.approve(book.requests[0])
+    for other in (["call_9"], ["call_1"], []):
+        run, _ = run_in_pydantic(PromptLog(goodwill_model()), made, effects, None,
+                                 system_prompt=SYSTEM_PROMPT, capabilities=hooks,
+                                 history=paused.all_messages(), approved=other)
+        assert run.ending == "UserError"
+    assert effects == []
+
+
 def test_the_agents_sdks_fingerprint_binds_an_approval_only_against_a_careless_edit() -> None:
     """Its fingerprint is a plain SHA-256 of the arguments: a saved state edited to 19,999
     cents with the fingerprint such a call would have (here taken from a real pause of one)
