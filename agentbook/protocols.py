@@ -329,9 +329,8 @@ def _langchain_read(reply: dict[str, Any]) -> tuple[list[Any], list[Any]]:
 def langchain_chat_model(log: PromptLog,
                          read: Callable[[Any], Any] | None = None) -> Any:
     """A LangChain chat model whose replies come from a book model, each
-    reply's calls read by ``read`` (LangChain's parser unless given).
-    Arguments that parse to something other than an object make LangChain's
-    ``AIMessage`` refuse the reply, and the run ends."""
+    reply's calls read by ``read`` (LangChain's parser unless given). A
+    call whose arguments are not an object makes the run end."""
     from langchain_core.language_models.chat_models import BaseChatModel
     from langchain_core.messages import AIMessage
     from langchain_core.outputs import ChatGeneration, ChatResult
@@ -700,10 +699,9 @@ def _desk_in_pydantic(log: PromptLog, tools: dict[str, ToolSpec],
 def _desk_in_langgraph(log: PromptLog, tools: dict[str, ToolSpec],
                        effects: list[dict[str, Any]], task: str, gate: Gate,
                        limits: Limits, settle: Settle | None) -> FrameworkRun:
-    node, route = (gated_tool_node(settle) if settle
-                   else (langgraph_tools(tools, gate), None))
-    graph = langgraph_desk(log, node, route,
-                           read=kernel_read if settle else None)
+    node, route, read = ((*gated_tool_node(settle), kernel_read) if settle
+                         else (langgraph_tools(tools, gate), None, None))
+    graph = langgraph_desk(log, node, route, read=read)
     return run_in_langgraph(graph, log, effects, task,
                             system_prompt=SYSTEM_PROMPT,
                             recursion_limit=2 * limits.max_turns)
@@ -1009,12 +1007,11 @@ def gated_tool_node(settle: Settle, ask: AskFor | None = None,
     """A LangGraph tool node that settles every call by the kernel, and its
     router: (node, route).
 
-    Invalid tool calls are answered too, as ``invalid`` with the reason
-    their reader gave, and the router sends them to the node, where
-    ``tools_condition`` would end the run with them unanswered. Calls that
-    ``ask`` holds pause the graph, all of them before any call of the
-    message runs, since LangGraph runs a node again from its start when it
-    resumes.
+    Invalid tool calls are answered too, as ``invalid`` with their reader's
+    reason; the router sends them to the node, where ``tools_condition``
+    would end the run with them unanswered. Calls ``ask`` holds pause the
+    graph before any call of the message runs, since LangGraph runs a node
+    again from its start when it resumes.
     """
     from langchain_core.messages import ToolMessage
     from langgraph.graph import END
@@ -1142,8 +1139,7 @@ class ApprovalLedger:
     framework's store). ``asks`` files a request for each call held for a
     person, as the call stands, once per digest; ``approve`` takes the
     person's yes for the request they were shown; ``settle`` (next cell)
-    runs a held call only if the digest of the arguments about to run
-    was approved, whatever call id the model reused.
+    runs a held call only if the digest of its arguments was approved.
     """
 
     run_id: str
@@ -1178,15 +1174,15 @@ class ApprovalLedger:
 # From chapters/04_protocols.ipynb, cell settle-approved
 def settle_approved(ledger: ApprovalLedger, call: ToolCall) -> Observation:
     """Validate ``call``, apply the ledger's policy, and pay every effect
-    under a key made from the call's digest: ``approval/<digest>`` for a
-    call a person approved, ``automatic/<digest>`` for one the policy
-    allows, on Chapter 2's keyed desk. A framework that runs a step again
-    (two resumes of one pause, a replay from an older checkpoint) sends
-    the same key, and the desk pays once (two calls of a run under one id
-    with the same arguments are one payment: a served model names every
-    call afresh). A held call runs only if its
-    digest, as the call stands now, was approved; one whose tool takes no
-    key is refused, since its approval could be spent twice."""
+    under a key made from its digest, on Chapter 2's keyed desk:
+    ``approval/<digest>`` for a call a person approved, ``automatic/<digest>``
+    for one the policy allows. A step a framework runs again (two resumes
+    of one pause, a replay from an older checkpoint) sends the same key and
+    is paid once; so are two calls of a run under one id and arguments,
+    which a served model, naming every call afresh, does not make. A held
+    call runs only if its digest, as it stands now, was approved, and only
+    on a tool that takes a key, since otherwise its approval could be spent
+    twice."""
     problem = validate_call(call, ledger.tools)
     if problem is not None:
         return Observation(call.call_id, False, "invalid", problem)

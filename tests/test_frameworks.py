@@ -153,6 +153,17 @@ def test_the_ledger_refuses_a_key_the_model_sends_itself() -> None:
     assert [ledger.settle(held).kind, refunds(effects)] == ["result", [7999]]
 
 
+def test_the_ledger_refuses_an_approved_call_on_a_desk_that_takes_no_key() -> None:
+    """Without a key the desk cannot tell a second resume from a new refund, so an approval
+    there could be spent twice: the ledger refuses it, as Chapter 2's resume does."""
+    tools, effects = make_environment()
+    ledger = ApprovalLedger("run", tools)
+    held = ToolCall("call_2", "refund_order", {"order_id": "A-17", "amount_cents": 7999})
+    assert ledger.asks(held)
+    ledger.approve(ledger.requests[0])
+    assert ledger.settle(held).kind == "denied" and effects == []
+
+
 def test_two_resumes_at_once_pay_an_approval_once() -> None:
     ledger, effects, held = ledger_with_held_refund()
     ledger.approve(ledger.requests[0])
