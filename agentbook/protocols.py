@@ -29,8 +29,22 @@ from agentbook.anatomy import (
     parse_tool_calls,
     refund_gate,
     tool_schema_json,
+    SYSTEM_PROMPT,
+    Limits,
+    RunResult,
+    RunState,
+    Stop,
+    _answered_once_each,
+    _fingerprint,
+    _kinds,
+    _tool_message,
+    estimate_tokens,
+    validate_call,
 )
 from agentbook.untrusted import ObedientModel, ProvenanceRecord, _obedient_message
+import copy
+from collections import Counter
+from agentbook.durable import ApprovalPolicy, ApprovalRequest, _takes_key, call_digest
 
 __all__ = [
     "contract_schema",
@@ -56,6 +70,43 @@ __all__ = [
     "DeclarationsReader",
     "combine_tools",
     "distrust_server",
+    "KernelStop",
+    "PromptLog",
+    "FreshIds",
+    "FrameworkRun",
+    "kernel_run",
+    "agents_model",
+    "pydantic_model",
+    "langchain_chat_model",
+    "AskFor",
+    "agents_tools",
+    "pydantic_tools",
+    "langgraph_tools",
+    "run_in_agents",
+    "run_in_pydantic",
+    "langgraph_desk",
+    "run_in_langgraph",
+    "FRAMEWORKS",
+    "Settle",
+    "run_desk_in",
+    "effects_authorized",
+    "calls_answered",
+    "within_budget",
+    "GOODWILL_TASK",
+    "goodwill_model",
+    "agents_approval_trial",
+    "pydantic_approval_trial",
+    "langgraph_approval_trial",
+    "kernel_settle",
+    "gated_agents_tools",
+    "pydantic_gate_tools",
+    "gated_tool_node",
+    "kernel_read",
+    "genai_spans",
+    "as_kernel_result",
+    "otel_genai_spans",
+    "ApprovalLedger",
+    "settle_approved",
 ]
 
 
@@ -73,7 +124,7 @@ def contract_schema(spec: ToolSpec) -> dict[str, Any]:
 
 
 # From chapters/04_protocols.ipynb, cell tool-server
-def _answer(seen: Observation) -> Any:
+def _mcp_result(seen: Observation) -> Any:
     """An observation as an MCP tool result: the content as JSON text, or,
     for a call that did not run, its kind and reason, marked an error."""
     from mcp import types
@@ -106,7 +157,7 @@ def tool_server(tools: dict[str, ToolSpec], gate: Gate,
     async def call_tool(context: Any, params: Any) -> Any:
         call = ToolCall(f"mcp-{context.request_id}", params.name,
                         params.arguments or {})
-        return _answer(execute_call(call, tools, gate))
+        return _mcp_result(execute_call(call, tools, gate))
 
     return Server(name, version="1", on_list_tools=list_tools,
                   on_call_tool=call_tool)
@@ -288,7 +339,7 @@ def served_tools(listing: list[Any], call: Send) -> dict[str, ToolSpec]:
 
 
 # From chapters/04_protocols.ipynb, cell pins
-def _canonical(value: Any) -> bytes:
+def _canonical_json(value: Any) -> bytes:
     """``value`` as canonical JSON: sorted keys, no spaces, ASCII only."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"),
                       ensure_ascii=True, allow_nan=False).encode("ascii")
@@ -306,7 +357,7 @@ def pin_tools(tools: dict[str, ToolSpec]) -> dict[str, str]:
             return spec.input_schema
         return contract_schema(spec)
 
-    return {name: hashlib.sha256(_canonical(
+    return {name: hashlib.sha256(_canonical_json(
         [name, spec.description, schema(spec)])).hexdigest()
         for name, spec in tools.items()}
 
@@ -668,6 +719,1133 @@ def distrust_server(record: ProvenanceRecord,
 
     watched = record.wrap(tools)  # no tool of a server's is vouched for
     return {name: erring(spec) for name, spec in watched.items()}
+
+
+# From chapters/04_protocols.ipynb, cell prompt-log
+class KernelStop(Exception):
+    """A run stopped by one of the kernel's rules, placed in a framework."""
+
+    def __init__(self, stop: Stop) -> None:
+        super().__init__(f"stopped: {stop.value}")
+        self.stop = stop
+
+
+@dataclass
+class PromptLog:
+    """A book model seated behind a framework, logging every prompt.
+
+    The framework converts its history to Chapter 1's wire format and
+    calls ``chat``. Given ``max_prompt_tokens``, a prompt over budget is
+    not sent; once a tool sets ``stop``, the next model call is not made.
+    Both raise ``KernelStop``, the kernel's budget and no-progress rules.
+    ``replies`` keeps every reply exactly as the model wrote it.
+    """
+
+    model: Any
+    max_prompt_tokens: int | None = None
+    prompts: list[list[dict[str, Any]]] = field(default_factory=list)
+    stop: Stop | None = None
+    last: list[dict[str, Any]] = field(default_factory=list)
+    replies: list[dict[str, Any]] = field(default_factory=list)
+
+    def chat(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        plain = json.loads(json.dumps(messages, default=str))
+        self.last = plain  # the transcript so far, whatever happens next
+        if self.stop is not None:
+            raise KernelStop(self.stop)
+        if (self.max_prompt_tokens is not None
+                and estimate_tokens(plain) > self.max_prompt_tokens):
+            raise KernelStop(Stop.TOKEN_LIMIT)
+        self.prompts.append(plain)
+        reply = dict(self.model.chat(copy.deepcopy(plain)))
+        self.last = [*plain, {**reply, "role": "assistant"}]
+        self.replies.append(copy.deepcopy(self.last[-1]))
+        return reply
+
+
+# From chapters/04_protocols.ipynb, cell fresh-ids
+@dataclass
+class FreshIds:
+    """A book model whose replies name every call afresh, as a served
+    model's do: ``call_2`` in the model's third reply becomes ``call_2-3``,
+    and a second ``call_2`` in that reply ``call_2-3.2``. Chapter 1's
+    scripts reuse ids, which a framework may take for one call.
+    """
+
+    model: Any
+
+    def chat(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        reply: dict[str, Any] = copy.deepcopy(self.model.chat(messages))
+        turn = 1 + sum(m.get("role") == "assistant" for m in messages)
+        named: Counter[str] = Counter()
+        for entry in reply.get("tool_calls") or []:
+            if isinstance(entry, dict) and isinstance(entry.get("id"), str):
+                named[entry["id"]] += 1
+                count = named[entry["id"]]
+                entry["id"] += f"-{turn}" + (f".{count}" if count > 1 else "")
+        return reply
+
+
+# From chapters/04_protocols.ipynb, cell framework-run
+@dataclass
+class FrameworkRun:
+    """One run, in any framework, recorded in the kernel's terms.
+
+    ``messages`` is the run's record in Chapter 1's wire format, ``ending``
+    says how it ended (``answered``, ``paused``, a ``Stop`` value, or the
+    name of the exception the framework raised), ``prompts`` holds the
+    estimated size of each prompt sent, ``effects`` the desk's log, and
+    ``replies`` the model's replies exactly as it wrote them, which the
+    framework's record may have rewritten.
+    """
+
+    framework: str
+    messages: list[dict[str, Any]]
+    ending: str
+    prompts: list[int]
+    effects: list[dict[str, Any]]
+    replies: list[dict[str, Any]]
+
+
+def kernel_run(result: RunResult,
+               effects: list[dict[str, Any]]) -> FrameworkRun:
+    """A run of the book's own loop, in the same record."""
+    messages = result.state.messages
+    return FrameworkRun("agentbook", messages, result.stop.value,
+                        result.state.prompt_token_log, effects,
+                        [m for m in messages if m.get("role") == "assistant"])
+
+
+# From chapters/04_protocols.ipynb, cell framework-helpers
+def _sync(coroutine: Any) -> Any:
+    """Run a framework's coroutine to its end from plain code: in a thread
+    of its own, so that it works in Jupyter too, where a loop is running."""
+    import asyncio  # here: it imports ssl, which import agentbook must not
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as worker:
+        return worker.submit(asyncio.run, coroutine).result()
+
+
+def _ended_by(failure: BaseException) -> str:
+    """How a run that raised ended: the kernel's stop, or the class name."""
+    if isinstance(failure, KernelStop):
+        return failure.stop.value
+    return type(failure).__name__
+
+
+# From chapters/04_protocols.ipynb, cell agents-model
+def agents_model(log: PromptLog) -> Any:
+    """An OpenAI Agents SDK ``Model`` whose replies come from a book model.
+
+    The SDK's own Chat Completions converter turns its history into the
+    wire format and the reply into its items, as for a served model.
+    """
+    from agents.items import ModelResponse
+    from agents.models.chatcmpl_converter import Converter
+    from agents.models.interface import Model
+    from agents.usage import Usage
+    from openai.types.chat import ChatCompletionMessage
+
+    class BookModel(Model):
+        async def get_response(self, system_instructions: str | None,
+                               input: Any, *args: Any, **kwargs: Any) -> Any:
+            history = Converter.items_to_messages(input)
+            system = {"role": "system", "content": system_instructions}
+            reply = log.chat([system, *map(dict, history)])
+            message = ChatCompletionMessage.model_validate(
+                {**reply, "role": "assistant"})
+            return ModelResponse(Converter.message_to_output_items(message),
+                                 Usage(), None)
+
+        def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+            raise NotImplementedError("the book's scripts do not stream")
+
+    return BookModel()
+
+
+# From chapters/04_protocols.ipynb, cell pydantic-model
+def _pydantic_wire(messages: list[Any], instructions: str | None,
+                   ) -> list[dict[str, Any]]:
+    """PydanticAI's messages in the wire format, as a provider sends them."""
+    from pydantic_ai.messages import (ModelRequest, RetryPromptPart,
+                                      SystemPromptPart, TextPart, ToolCallPart,
+                                      ToolReturnPart, UserPromptPart)
+
+    wire: list[dict[str, Any]] = (
+        [{"role": "system", "content": instructions}] if instructions else [])
+    for message in messages:
+        if not isinstance(message, ModelRequest):
+            calls = [{"id": part.tool_call_id, "type": "function",
+                      "function": {"name": part.tool_name,
+                                   "arguments": part.args_as_json_str()}}
+                     for part in message.parts
+                     if isinstance(part, ToolCallPart)]
+            text = "".join(part.content for part in message.parts
+                           if isinstance(part, TextPart))
+            wire.append({"role": "assistant", "content": text or None,
+                         **({"tool_calls": calls} if calls else {})})
+        for part in message.parts if isinstance(message, ModelRequest) else []:
+            if isinstance(part, SystemPromptPart | UserPromptPart):
+                role = ("system" if isinstance(part, SystemPromptPart)
+                        else "user")
+                wire.append({"role": role, "content": part.content})
+            elif isinstance(part, ToolReturnPart | RetryPromptPart):
+                text = (part.model_response_str() if isinstance(
+                    part, ToolReturnPart) else part.model_response())
+                wire.append({"role": "tool", "tool_call_id": part.tool_call_id,
+                             "content": text})
+    return wire
+
+
+# From chapters/04_protocols.ipynb, cell pydantic-model-2
+def pydantic_model(log: PromptLog) -> Any:
+    """A PydanticAI ``FunctionModel`` whose replies come from a book model.
+
+    It also counts a prompt's tokens by the book's estimate, so that
+    PydanticAI's own ``UsageLimits`` can refuse a prompt over budget before
+    it is sent, in the same units as the kernel's ``Limits``.
+    """
+    from pydantic_ai._instrumentation import get_instructions
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+    from pydantic_ai.usage import RequestUsage
+
+    def reply(messages: list[Any], info: AgentInfo) -> Any:
+        answer = log.chat(_pydantic_wire(messages, info.instructions))
+        parts: list[Any] = [TextPart(answer["content"])] if answer.get(
+            "content") else []
+        parts += [ToolCallPart(entry["function"]["name"],
+                               entry["function"]["arguments"],
+                               tool_call_id=entry["id"])
+                  for entry in answer.get("tool_calls") or []]
+        return ModelResponse(parts=parts)
+
+    class CountingModel(FunctionModel):
+        async def count_tokens(self, messages: list[Any], settings: Any,
+                               parameters: Any) -> Any:
+            instructions = get_instructions(messages, parameters)
+            return RequestUsage(input_tokens=estimate_tokens(
+                _pydantic_wire(messages, instructions)))
+
+    return CountingModel(reply, model_name="scripted")
+
+
+# From chapters/04_protocols.ipynb, cell langchain-wire
+def _langchain_wire(messages: list[Any]) -> list[dict[str, Any]]:
+    """LangChain messages in the wire format, as a chat provider sends them:
+    calls whose arguments did not parse go out too, as the model wrote them."""
+    wire = []
+    for message in messages:
+        if message.type == "ai":
+            calls = [{"id": call["id"], "type": "function", "function": {
+                "name": call["name"], "arguments": json.dumps(call["args"])}}
+                for call in message.tool_calls]
+            calls += [{"id": call["id"], "type": "function", "function": {
+                "name": call["name"], "arguments": call["args"]}}
+                for call in message.invalid_tool_calls]
+            wire.append({"role": "assistant",
+                         "content": message.content or None,
+                         **({"tool_calls": calls} if calls else {})})
+        elif message.type == "tool":
+            wire.append({"role": "tool", "tool_call_id": message.tool_call_id,
+                         "content": message.content})
+        else:
+            role = {"human": "user"}.get(message.type, message.type)
+            wire.append({"role": role, "content": message.content})
+    return wire
+
+
+# From chapters/04_protocols.ipynb, cell langchain-model
+def _langchain_read(reply: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+    """A reply's calls as LangChain's parser reads them: (calls, invalid)."""
+    from langchain_core.output_parsers.openai_tools import (
+        make_invalid_tool_call, parse_tool_call)
+
+    calls, invalid = [], []
+    for entry in reply.get("tool_calls") or []:
+        try:
+            call = parse_tool_call(entry, return_id=True)
+        except Exception as failure:  # bad JSON: kept, as an invalid call
+            invalid.append(make_invalid_tool_call(entry, str(failure)))
+            continue
+        calls += [call] if call else []
+    return calls, invalid
+
+
+def langchain_chat_model(log: PromptLog,
+                         read: Callable[[Any], Any] | None = None) -> Any:
+    """A LangChain chat model whose replies come from a book model, each
+    reply's calls read by ``read`` (LangChain's parser unless given). A
+    call whose arguments are not an object makes the run end."""
+    from langchain_core.language_models.chat_models import BaseChatModel
+    from langchain_core.messages import AIMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+
+    class BookChatModel(BaseChatModel):
+        @property
+        def _llm_type(self) -> str:
+            return "agentbook-scripted"
+
+        def _generate(self, messages: list[Any], *args: Any,
+                      **kwargs: Any) -> ChatResult:
+            reply = log.chat(_langchain_wire(messages))
+            calls, invalid = (read or _langchain_read)(reply)
+            message = AIMessage(content=reply.get("content") or "",
+                                tool_calls=calls, invalid_tool_calls=invalid)
+            return ChatResult(generations=[ChatGeneration(message=message)])
+
+    return BookChatModel()
+
+
+# From chapters/04_protocols.ipynb, cell call-helpers
+def _call_from_text(call_id: str, name: str, arguments: Any,
+                    as_written: bool = False) -> ToolCall:
+    """A call as the kernel's parser reads it, from a framework's pieces.
+    Arguments the framework already decoded are written as JSON first;
+    with ``as_written`` they are the model's own, and anything but text is
+    refused, as the wire format refuses it."""
+    text = (arguments if as_written or isinstance(arguments, str)
+            else json.dumps(arguments))
+    return parse_tool_calls({"tool_calls": [{
+        "id": call_id, "type": "function",
+        "function": {"name": name, "arguments": text}}]})[0]
+
+
+def _answer(observation: Observation) -> str:
+    """The tool message's text the kernel would send for an observation."""
+    return str(_tool_message(observation)["content"])
+
+
+# From chapters/04_protocols.ipynb, cell agents-tools
+AskFor = Callable[[ToolCall], bool]
+
+
+def agents_tools(tools: dict[str, ToolSpec], gate: Gate | None = None,
+                 ask: AskFor | None = None) -> list[Any]:
+    """The desk's tools as the Agents SDK's docs make them.
+
+    Each handler becomes a ``function_tool``, its arguments checked by the
+    SDK's pydantic model. ``gate`` goes into a tool input guardrail, which
+    reads the arguments as the model wrote them; ``ask`` decides the
+    tool's ``needs_approval``.
+    """
+    from agents import (ToolGuardrailFunctionOutput, function_tool,
+                        tool_input_guardrail)
+
+    def guardrail(name: str, gate: Gate) -> Any:
+        @tool_input_guardrail(name=f"gate_{name}")
+        def check(data: Any) -> Any:
+            call = _call_from_text(data.context.tool_call_id, name,
+                                   data.context.tool_arguments)
+            allowed, reason = gate(call)
+            return (ToolGuardrailFunctionOutput.allow() if allowed else
+                    ToolGuardrailFunctionOutput.reject_content(_answer(
+                        Observation(call.call_id, False, "denied", reason))))
+        return check
+
+    def needs(name: str, ask: AskFor) -> Any:
+        return lambda ctx, params, call_id: ask(
+            ToolCall(call_id, name, params))
+
+    return [function_tool(
+        spec.handler, name_override=name,
+        description_override=spec.description,
+        tool_input_guardrails=[] if gate is None else [guardrail(name, gate)],
+        needs_approval=False if ask is None else needs(name, ask))
+        for name, spec in tools.items()]
+
+
+# From chapters/04_protocols.ipynb, cell pydantic-tools
+def pydantic_tools(tools: dict[str, ToolSpec], gate: Gate | None = None,
+                   ask: AskFor | None = None) -> tuple[list[Any], list[Any]]:
+    """The desk's tools as PydanticAI's docs make them, and a capability.
+
+    Each handler becomes a ``Tool``, its arguments validated by pydantic.
+    ``gate`` goes into a ``before_tool_execute`` hook, which sees the
+    validated arguments and refuses with ``ModelRetry``; ``ask`` defers a
+    call for approval from the same hook. Returns (tools, capabilities).
+    """
+    from pydantic_ai import ApprovalRequired, ModelRetry, Tool
+    from pydantic_ai.capabilities import Hooks
+
+    hooks = Hooks()
+
+    @hooks.on.before_tool_execute
+    async def policy(ctx: Any, *, call: Any, tool_def: Any, args: Any) -> Any:
+        proposed = ToolCall(call.tool_call_id, call.tool_name, dict(args))
+        if ask is not None and ask(proposed) and not ctx.tool_call_approved:
+            raise ApprovalRequired
+        allowed, reason = (True, "") if gate is None else gate(proposed)
+        if not allowed:
+            raise ModelRetry(_answer(Observation(call.tool_call_id, False,
+                                                 "denied", reason)))
+        return args
+
+    made = [Tool(spec.handler, name=name, description=spec.description)
+            for name, spec in tools.items()]
+    return made, [hooks]
+
+
+# From chapters/04_protocols.ipynb, cell langgraph-tools
+def langgraph_tools(tools: dict[str, ToolSpec], gate: Gate | None = None,
+                    ask: AskFor | None = None) -> Any:
+    """The desk's tools as LangGraph's docs make them: a ``ToolNode``.
+
+    Each handler becomes a ``StructuredTool``, its arguments validated by
+    pydantic. ``gate`` and ``ask`` go into ``wrap_tool_call``, which sees
+    each call before it runs: a refusal becomes an error ``ToolMessage``,
+    and a call to approve pauses the graph with ``interrupt``.
+    """
+    from langchain_core.messages import ToolMessage
+    from langchain_core.tools import StructuredTool
+    from langgraph.prebuilt import ToolNode
+    from langgraph.types import interrupt
+
+    def refused(call: ToolCall, reason: str) -> Any:
+        return ToolMessage(_answer(Observation(call.call_id, False, "denied",
+                                               reason)),
+                           tool_call_id=call.call_id, status="error")
+
+    def wrap(request: Any, execute: Callable[[Any], Any]) -> Any:
+        asked = request.tool_call
+        call = _call_from_text(asked["id"], asked["name"], asked["args"])
+        if ask is not None and ask(call):
+            answer = interrupt({"tool": call.name,
+                                "arguments": call.arguments})
+            if answer != "approve":
+                return refused(call, f"a person said: {answer}")
+        allowed, reason = (True, "") if gate is None else gate(call)
+        return execute(request) if allowed else refused(call, reason)
+
+    return ToolNode([StructuredTool.from_function(
+        spec.handler, name=name, description=spec.description)
+        for name, spec in tools.items()], wrap_tool_call=wrap)
+
+
+# From chapters/04_protocols.ipynb, cell framework-records
+def _holds_last_reply(history: list[dict[str, Any]],
+                      last: list[dict[str, Any]]) -> bool:
+    """Whether a framework's record holds the model's last reply."""
+    reply = last[-1] if last else {}
+    return reply.get("role") != "assistant" or any(
+        message.get("role") == "assistant"
+        and parse_tool_calls(message) == parse_tool_calls(reply)
+        and message.get("content") == reply.get("content")
+        for message in history)
+
+
+def _items(given: Any) -> list[Any]:
+    """A run's input as items: a task given as text is one user message."""
+    if isinstance(given, str):
+        return [{"role": "user", "content": given}]
+    return [*given]
+
+
+def _sizes(log: PromptLog) -> list[int]:
+    """The estimated size of each prompt the log sent."""
+    return [estimate_tokens(prompt) for prompt in log.prompts]
+
+
+def _agents_record(system_prompt: str, items: list[Any],
+                   log: PromptLog) -> list[dict[str, Any]]:
+    """A run's items in the wire format, by the SDK's own converter; the
+    log's transcript instead if the SDK failed on the model's last reply."""
+    from agents.models.chatcmpl_converter import Converter
+
+    system = {"role": "system", "content": system_prompt}
+    record = json.loads(json.dumps(
+        [system, *Converter.items_to_messages(items)], default=str))
+    return record if _holds_last_reply(record, log.last) else log.last
+
+
+# From chapters/04_protocols.ipynb, cell run-in-agents
+def run_in_agents(log: PromptLog, agent_tools: list[Any],
+                  effects: list[dict[str, Any]], task: str, *,
+                  system_prompt: str, max_turns: int = 8,
+                  run_config: dict[str, Any] | None = None,
+                  resume: Callable[[Any], Any] | None = None,
+                  ) -> tuple[FrameworkRun, Any]:
+    """Run ``task`` in the Agents SDK, or the state ``resume(agent)`` loads;
+    the record, and the SDK's result (None if the run raised). Tracing is
+    off: the SDK would otherwise send its traces to the vendor's service.
+    """
+    from agents import Agent, RunConfig, Runner
+
+    agent = Agent(name="refund desk", instructions=system_prompt,
+                  tools=agent_tools, model=agents_model(log))
+    config = RunConfig(tracing_disabled=True, **(run_config or {}))
+    start = task if resume is None else resume(agent)
+    try:
+        result = _sync(Runner.run(agent, start, max_turns=max_turns,
+                                  run_config=config))
+    except Exception as failure:  # the framework ended the run: record how
+        data = getattr(failure, "run_data", None)
+        items = [*_items(data.input), *(item.to_input_item() for item in
+                                        data.new_items)] if data else []
+        return FrameworkRun("Agents SDK", _agents_record(
+            system_prompt, items, log), _ended_by(failure), _sizes(log),
+            effects, log.replies), None
+    ending = "paused" if result.interruptions else "answered"
+    return FrameworkRun("Agents SDK", _agents_record(
+        system_prompt, result.to_input_list(), log), ending, _sizes(log),
+        effects, log.replies), result
+
+
+# From chapters/04_protocols.ipynb, cell run-in-pydantic
+def run_in_pydantic(log: PromptLog, agent_tools: list[Any],
+                    effects: list[dict[str, Any]], task: str | None, *,
+                    system_prompt: str, capabilities: list[Any] | None = None,
+                    usage_limits: Any = None, history: list[Any] | None = None,
+                    approved: list[str] | None = None,
+                    ) -> tuple[FrameworkRun, Any]:
+    """Run ``task`` in PydanticAI, or carry on ``history`` with the calls in
+    ``approved`` approved; the record, and the result (None if it raised).
+    """
+    from pydantic_ai import (Agent, DeferredToolRequests,
+                             DeferredToolResults, capture_run_messages)
+
+    agent = Agent(pydantic_model(log), tools=agent_tools,
+                  instructions=system_prompt, capabilities=capabilities or [],
+                  output_type=[str, DeferredToolRequests])
+    decisions = None if approved is None else DeferredToolResults(
+        approvals=dict.fromkeys(approved, True))
+
+    async def run() -> tuple[Any, list[Any], Exception | None]:
+        with capture_run_messages() as messages:
+            try:
+                return await agent.run(task, message_history=history,
+                                       deferred_tool_results=decisions,
+                                       usage_limits=usage_limits), [], None
+            except Exception as failure:  # the framework ended the run
+                return None, messages, failure
+    result, messages, failure = _sync(run())
+    if failure is not None:
+        record = _pydantic_wire(messages, system_prompt)
+        record = record if _holds_last_reply(record, log.last) else log.last
+        return FrameworkRun("PydanticAI", record, _ended_by(failure),
+                            _sizes(log), effects, log.replies), None
+    paused = isinstance(result.output, DeferredToolRequests)
+    ending = "paused" if paused else "answered"
+    return FrameworkRun("PydanticAI", _pydantic_wire(
+        result.all_messages(), system_prompt), ending, _sizes(log),
+        effects, log.replies), result
+
+
+# From chapters/04_protocols.ipynb, cell langgraph-desk
+def langgraph_desk(log: PromptLog, tool_node: Any,
+                   route: Callable[..., str] | None = None,
+                   checkpointer: Any = None,
+                   read: Callable[[Any], Any] | None = None) -> Any:
+    """The refund desk as a LangGraph graph: a model node and a tool node in
+    a loop, routed by ``tools_condition`` unless ``route`` is given, and
+    checkpointed after every step (in memory unless told otherwise); its
+    model reads calls with ``read``. The checkpointer cannot store an
+    integer wider than 64 bits: a reply that holds one ends the run with
+    a ``TypeError``, before any of its calls runs."""
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import tools_condition
+
+    model = langchain_chat_model(log, read)
+    graph = StateGraph(MessagesState)
+    graph.add_node("model", lambda state: {"messages": [
+        model.invoke(state["messages"])]})
+    graph.add_node("tools", tool_node)
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", route or tools_condition)
+    graph.add_edge("tools", "model")
+    return graph.compile(checkpointer=checkpointer or InMemorySaver())
+
+
+# From chapters/04_protocols.ipynb, cell run-in-langgraph
+def run_in_langgraph(graph: Any, log: PromptLog,
+                     effects: list[dict[str, Any]], task: str | None, *,
+                     system_prompt: str, recursion_limit: int = 25,
+                     resume: Any = None, thread: str = "desk") -> FrameworkRun:
+    """Run ``task`` on the graph, or resume its thread with ``resume``;
+    the record, read back from the graph's checkpoint however it ended."""
+    from langgraph.types import Command
+
+    config = {"configurable": {"thread_id": thread},
+              "recursion_limit": recursion_limit}
+    start: Any = Command(resume=resume) if task is None else {"messages": [
+        {"role": "system", "content": system_prompt},
+        {"role": "user", "content": task}]}
+    try:
+        graph.invoke(start, config)
+        ending = "paused" if graph.get_state(config).interrupts else "answered"
+    except Exception as failure:  # the framework ended the run: record how
+        ending = _ended_by(failure)
+    state = graph.get_state(config).values
+    messages = _langchain_wire(state.get("messages", []))
+    if not _holds_last_reply(messages, log.last):  # it failed on the reply
+        messages = log.last
+    return FrameworkRun("LangGraph", messages, ending, _sizes(log), effects,
+                        log.replies)
+
+
+# From chapters/04_protocols.ipynb, cell run-desk-in
+FRAMEWORKS = ("Agents SDK", "PydanticAI", "LangGraph")
+# What a framework's tools hand each call to, in @sec-framework-additions.
+Settle = Callable[[ToolCall], Observation]
+
+
+def run_desk_in(framework: str, model: Any, task: str, gate: Gate,
+                limits: Limits = Limits(), *,
+                kernel_rules: bool = False) -> FrameworkRun:
+    """Run ``task`` on a fresh copy of Chapter 1's desk in ``framework``.
+
+    As it comes, a framework gets ``gate`` in its own hook and its own
+    limits: a turn cap (PydanticAI a token limit too). With
+    ``kernel_rules``, the kernel's rules go into its two seams:
+    ``kernel_settle`` behind its tools and a budgeted ``PromptLog`` as its
+    model. The model's call ids are made fresh, as a served model's are.
+    """
+    tools, effects = make_environment()
+    budget = limits.max_prompt_tokens if kernel_rules else None
+    log = PromptLog(FreshIds(model), max_prompt_tokens=budget)
+    settle = (kernel_settle(tools, gate, log, limits.repeated_denials)
+              if kernel_rules else None)
+    run = {"Agents SDK": _desk_in_agents, "PydanticAI": _desk_in_pydantic,
+           "LangGraph": _desk_in_langgraph}[framework]
+    return run(log, tools, effects, task, gate, limits, settle)
+
+
+# From chapters/04_protocols.ipynb, cell desk-in-each
+def _desk_in_agents(log: PromptLog, tools: dict[str, ToolSpec],
+                    effects: list[dict[str, Any]], task: str, gate: Gate,
+                    limits: Limits, settle: Settle | None) -> FrameworkRun:
+    made = gated_agents_tools(tools, settle) if settle else agents_tools(
+        tools, gate)  # with the kernel's rules, unknown tools are answered
+    config = ({"tool_not_found_behavior": "return_error_to_model"}
+              if settle else None)
+    return run_in_agents(log, made, effects, task, system_prompt=SYSTEM_PROMPT,
+                         max_turns=limits.max_turns, run_config=config)[0]
+
+
+def _desk_in_pydantic(log: PromptLog, tools: dict[str, ToolSpec],
+                      effects: list[dict[str, Any]], task: str, gate: Gate,
+                      limits: Limits, settle: Settle | None) -> FrameworkRun:
+    from pydantic_ai import UsageLimits
+    from pydantic_ai.capabilities import Instrumentation
+
+    made, hooks = (pydantic_gate_tools(tools, settle) if settle
+                   else pydantic_tools(tools, gate))
+    usage = (UsageLimits(request_limit=limits.max_turns) if settle
+             else UsageLimits(
+                 request_limit=limits.max_turns,
+                 count_tokens_before_request=True,
+                 per_request_input_tokens_limit=limits.max_prompt_tokens))
+    return run_in_pydantic(log, made, effects, task,
+                           system_prompt=SYSTEM_PROMPT,
+                           capabilities=[*hooks, Instrumentation()],
+                           usage_limits=usage)[0]
+
+
+def _desk_in_langgraph(log: PromptLog, tools: dict[str, ToolSpec],
+                       effects: list[dict[str, Any]], task: str, gate: Gate,
+                       limits: Limits, settle: Settle | None) -> FrameworkRun:
+    node, route, read = ((*gated_tool_node(settle), kernel_read) if settle
+                         else (langgraph_tools(tools, gate), None, None))
+    graph = langgraph_desk(log, node, route, read=read)
+    return run_in_langgraph(graph, log, effects, task,
+                            system_prompt=SYSTEM_PROMPT,
+                            recursion_limit=2 * limits.max_turns)
+
+
+# From chapters/04_protocols.ipynb, cell judge-run
+def _receipt(call: ToolCall) -> dict[str, Any] | None:
+    """The receipt the desk writes for a refund call; None for others."""
+    if call.name != "refund_order" or not call.arguments:
+        return None
+    return {"order_id": call.arguments.get("order_id"),
+            "refunded_cents": call.arguments.get("amount_cents")}
+
+
+def effects_authorized(run: FrameworkRun, tools: dict[str, ToolSpec],
+                       gate: Gate) -> bool:
+    """Every receipt comes from a call that, as the model wrote it (in
+    ``run.replies``), passes Chapter 1's validation and ``gate``. What a
+    framework's own, laxer checks let through does not count."""
+    allowed = [_receipt(call) for message in run.replies
+               for call in parse_tool_calls(message)
+               if validate_call(call, tools) is None and gate(call)[0]]
+    return _kinds(run.effects) <= _kinds([r for r in allowed if r])
+
+
+def calls_answered(run: FrameworkRun) -> bool:
+    """Chapter 1's correlation on the record: every call answered once,
+    under its id, before the model speaks again."""
+    return _answered_once_each(run.messages)
+
+
+def within_budget(run: FrameworkRun, max_turns: int,
+                  max_prompt_tokens: int) -> bool:
+    """At most ``max_turns`` model calls, and no prompt sent that is over
+    ``max_prompt_tokens`` by the book's estimate."""
+    return (len(run.prompts) <= max_turns
+            and all(size <= max_prompt_tokens for size in run.prompts))
+
+
+# From chapters/04_protocols.ipynb, cell goodwill
+GOODWILL_TASK = ("Order A-17 arrived damaged and its replacement came late. "
+                 "Please refund it and add 30 dollars for the trouble.")
+
+
+def goodwill_model() -> Any:
+    """Chapter 2's goodwill script: read the policy and refund 7,999 cents in
+    one message, then answer. The refund is one a person must approve."""
+    from agentbook.anatomy import (ScriptedModel, answer_message,
+                                   tool_call_message)
+
+    calls = [tool_call_message("call_1", "read_policy", {})["tool_calls"][0],
+             tool_call_message("call_2", "refund_order", {
+                 "order_id": "A-17", "amount_cents": 7999})["tool_calls"][0]]
+    return ScriptedModel(turns=[
+        {"role": "assistant", "content": "Refund the 4999 paid and 3000 for "
+         "the trouble.", "tool_calls": calls},
+        answer_message("I refunded 7999 cents: the 4999 you paid and 3000 "
+                       "for the delay.")])
+
+
+# From chapters/04_protocols.ipynb, cell trial-helpers
+def _policy_asks(tools: dict[str, ToolSpec]) -> AskFor:
+    """Chapter 2's policy deciding which calls wait for a person, failing
+    closed: a call it cannot read, or would deny, waits too. (Reading
+    ``is None and == "ask"`` instead paid 7,999 cents unasked once, when a
+    framework added a defaulted argument the contract does not name.)"""
+    policy = ApprovalPolicy()
+    return lambda call: (validate_call(call, tools) is not None
+                         or policy.classify(call, tools)[0] != "allow")
+
+
+def _trial_desk(keyed: bool,
+                ) -> tuple[dict[str, ToolSpec], list[dict[str, Any]]]:
+    """Chapter 1's desk, or Chapter 2's keyed one for the ledger to pay on.
+    The keyed handler's extra keyword would show in a schema a framework
+    derives from the handler, so only the gated tools get that desk."""
+    from agentbook.durable import make_keyed_environment
+
+    return make_keyed_environment()[:2] if keyed else make_environment()
+
+
+def _edited(text: str, cents: int | None) -> str:
+    """Saved text with the goodwill refund's amount changed, everywhere it
+    is written, escaped inside a JSON string or not."""
+    if cents is None:
+        return text
+    return re.sub(r'(amount_cents\\*"\s*:\s*)7999\b', rf"\g<1>{cents}", text)
+
+
+# From chapters/04_protocols.ipynb, cell approval-trials
+def agents_approval_trial(model: Callable[[], Any], loads: int = 2,
+                          edit_to: int | None = None,
+                          ledger: bool = False) -> list[dict[str, Any]]:
+    """Pause the goodwill refund for approval in the Agents SDK, save its
+    ``RunState``, then load the saved text ``loads`` times (its amount
+    edited to ``edit_to``), approve and resume each; the effect log."""
+    from agents import RunState as AgentsState
+    from agents.exceptions import AgentsException
+
+    tools, effects = _trial_desk(ledger)
+    book = ApprovalLedger("trial", tools) if ledger else None
+    made = (gated_agents_tools(tools, book.settle, book.asks) if book
+            else agents_tools(tools, ask=_policy_asks(tools)))
+    _, paused = run_in_agents(PromptLog(model()), made, effects, GOODWILL_TASK,
+                              system_prompt=SYSTEM_PROMPT)
+    saved = _edited(paused.to_state().to_string(), edit_to)
+    if book is not None:  # the person approves each call as it was shown
+        for request in list(book.requests):
+            book.approve(request)
+
+    def approved(agent: Any) -> Any:
+        state = _sync(AgentsState.from_string(agent, saved))
+        for item in state.get_interruptions():
+            state.approve(item)
+        return state
+    for _ in range(loads):
+        try:
+            run_in_agents(PromptLog(model()), made, effects, GOODWILL_TASK,
+                          system_prompt=SYSTEM_PROMPT, resume=approved)
+        except AgentsException:  # the SDK refused the loaded state
+            pass
+    return effects
+
+
+# From chapters/04_protocols.ipynb, cell pydantic-approval-trial
+def pydantic_approval_trial(model: Callable[[], Any], loads: int = 2,
+                            edit_to: int | None = None,
+                            ledger: bool = False) -> list[dict[str, Any]]:
+    """Pause the goodwill refund in PydanticAI as a deferred tool request,
+    save the message history as JSON, then load it ``loads`` times (its
+    amount edited to ``edit_to``), approve and resume each; the effect log."""
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+    tools, effects = _trial_desk(ledger)
+    book = ApprovalLedger("trial", tools) if ledger else None
+    made, hooks = (pydantic_gate_tools(tools, book.settle, book.asks) if book
+                   else pydantic_tools(tools, ask=_policy_asks(tools)))
+    _, paused = run_in_pydantic(PromptLog(model()), made, effects,
+                                GOODWILL_TASK, system_prompt=SYSTEM_PROMPT,
+                                capabilities=hooks)
+    waiting = [call.tool_call_id for call in paused.output.approvals]
+    saved = _edited(ModelMessagesTypeAdapter.dump_json(
+        paused.all_messages()).decode(), edit_to)
+    if book is not None:
+        for request in list(book.requests):
+            book.approve(request)
+    for _ in range(loads):
+        run_in_pydantic(PromptLog(model()), made, effects, None,
+                        system_prompt=SYSTEM_PROMPT, capabilities=hooks,
+                        history=ModelMessagesTypeAdapter.validate_json(saved),
+                        approved=waiting)
+    return effects
+
+
+# From chapters/04_protocols.ipynb, cell langgraph-approval-trial
+def langgraph_approval_trial(model: Callable[[], Any], loads: int = 2,
+                             edit_to: int | None = None,
+                             ledger: bool = False) -> list[dict[str, Any]]:
+    """Pause the goodwill refund in LangGraph with ``interrupt``, keep the
+    checkpoint, edit the pending refund's amount to ``edit_to`` with
+    ``update_state`` if asked, then resume ``loads`` copies of the saved
+    checkpoint, each approved, as workers that load it at once; the log."""
+    from langchain_core.messages import AIMessage
+
+    tools, effects = _trial_desk(ledger)
+    book = ApprovalLedger("trial", tools) if ledger else None
+    node, route = (gated_tool_node(book.settle, book.asks) if book
+                   else (langgraph_tools(tools, ask=_policy_asks(tools)),
+                         None))
+    log = PromptLog(model())
+    read = kernel_read if book else None  # the gated node reads as the kernel
+    graph = langgraph_desk(log, node, route, read=read)
+    run_in_langgraph(graph, log, effects, GOODWILL_TASK,
+                     system_prompt=SYSTEM_PROMPT)
+    config = {"configurable": {"thread_id": "desk"}}
+    pending = graph.get_state(config).values["messages"][-1]
+    if book is not None:
+        for request in list(book.requests):
+            book.approve(request)
+    if edit_to is not None:
+        calls = [{**call, "args": {**call["args"], "amount_cents": edit_to}}
+                 if call["name"] == "refund_order" else call
+                 for call in pending.tool_calls]
+        graph.update_state(config, {"messages": [AIMessage(
+            content=pending.content, id=pending.id, tool_calls=calls)]})
+    saved = copy.deepcopy(graph.checkpointer)
+    for _ in range(loads):
+        log = PromptLog(model())
+        copy_of = langgraph_desk(log, node, route, copy.deepcopy(saved), read)
+        run_in_langgraph(copy_of, log, effects, None,
+                         system_prompt=SYSTEM_PROMPT, resume="approve")
+    return effects
+
+
+# From chapters/04_protocols.ipynb, cell settle
+def kernel_settle(tools: dict[str, ToolSpec], gate: Gate,
+                  log: PromptLog | None = None,
+                  repeated_denials: int = 2) -> Settle:
+    """Chapter 1's ``execute_call`` for a framework's tools to call.
+
+    Each call is validated strictly, gated and run, and comes back as an
+    observation, one call at a time even where a framework runs a message's
+    calls in threads, so a gate that reads the effect log sees every refund
+    before it. Given the run's ``PromptLog``, the same proposal denied
+    ``repeated_denials`` times sets its stop, so the run ends before the
+    model is asked again; the message's later calls, which a framework
+    still hands over, are answered as ``skipped``, as the kernel does.
+    """
+    import threading
+
+    denials: Counter[str] = Counter()
+    one_at_a_time = threading.Lock()
+
+    def settle(call: ToolCall) -> Observation:
+        with one_at_a_time:
+            if log is not None and log.stop is not None:
+                why = f"not run: the run stopped ({log.stop}) before this call"
+                return Observation(call.call_id, False, "skipped", why)
+            observation = execute_call(call, tools, gate)
+            if observation.kind == "denied" and log is not None:
+                denials[_fingerprint(call)] += 1
+                if denials[_fingerprint(call)] >= repeated_denials:
+                    log.stop = Stop.NO_PROGRESS
+        return observation
+    return settle
+
+
+# From chapters/04_protocols.ipynb, cell gated-agents-tools
+def gated_agents_tools(tools: dict[str, ToolSpec], settle: Settle,
+                       ask: AskFor | None = None) -> list[Any]:
+    """The desk's tools for the Agents SDK, each call settled by the kernel.
+
+    A ``FunctionTool`` receives the arguments as the model wrote them; the
+    kernel's parser reads them and ``settle`` (``kernel_settle``, say)
+    validates, gates and runs the call, and the model reads the kernel's
+    own tool message.
+    """
+    from agents import FunctionTool
+
+    def invoker(name: str) -> Any:
+        async def invoke(context: Any, arguments: str) -> str:
+            return _answer(settle(_call_from_text(
+                context.tool_call_id, name, arguments, as_written=True)))
+        return invoke
+
+    def needs(name: str, ask: AskFor) -> Any:
+        return lambda ctx, params, call_id: ask(
+            ToolCall(call_id, name, params))
+
+    return [FunctionTool(
+        name=declaration["function"]["name"],
+        description=declaration["function"]["description"],
+        params_json_schema=declaration["function"]["parameters"],
+        on_invoke_tool=invoker(declaration["function"]["name"]),
+        strict_json_schema=False,
+        needs_approval=False if ask is None
+        else needs(declaration["function"]["name"], ask))
+        for declaration in tool_schema_json(tools)]
+
+
+# From chapters/04_protocols.ipynb, cell pydantic-gate-tools
+def pydantic_gate_tools(tools: dict[str, ToolSpec], settle: Settle,
+                        ask: AskFor | None = None,
+                        ) -> tuple[list[Any], list[Any]]:
+    """The desk's tools for PydanticAI, each call settled by the kernel, and
+    the capability they need: (tools, capabilities).
+
+    A ``before_tool_validate`` hook hands each tool the arguments as the
+    model wrote them, so the kernel's parser reads them; then
+    ``settle`` validates, gates and runs the call, and the model reads the
+    kernel's tool message. A call ``ask`` holds is deferred until approved.
+    """
+    from pydantic_ai import ApprovalRequired, Tool
+    from pydantic_ai.capabilities import Hooks
+
+    hooks = Hooks()
+
+    @hooks.on.before_tool_validate
+    async def as_written(ctx: Any, *, call: Any, tool_def: Any,
+                         args: Any) -> Any:
+        return {"arguments": args}
+
+    def settled(name: str) -> Callable[..., str]:
+        def invoke(ctx: Any, arguments: Any) -> str:
+            call = _call_from_text(ctx.tool_call_id, name, arguments, True)
+            if ask is not None and not ctx.tool_call_approved and ask(call):
+                raise ApprovalRequired
+            return _answer(settle(call))
+        return invoke
+
+    made = [Tool.from_schema(settled(entry["function"]["name"]),
+                             entry["function"]["name"],
+                             entry["function"]["description"],
+                             entry["function"]["parameters"], takes_ctx=True,
+                             sequential=True)  # in order, as the kernel does
+            for entry in tool_schema_json(tools)]
+    return made, [hooks]
+
+
+# From chapters/04_protocols.ipynb, cell gated-tool-node
+def gated_tool_node(settle: Settle, ask: AskFor | None = None,
+                    ) -> tuple[Callable[..., Any], Callable[..., str]]:
+    """A LangGraph tool node that settles every call by the kernel, and its
+    router: (node, route).
+
+    Invalid tool calls are answered too, as ``invalid`` with their reader's
+    reason; the router sends them to the node, where ``tools_condition``
+    would end the run with them unanswered. Calls ``ask`` holds pause the
+    graph before any call of the message runs, since LangGraph runs a node
+    again from its start when it resumes.
+    """
+    from langchain_core.messages import ToolMessage
+    from langgraph.graph import END
+    from langgraph.types import interrupt
+
+    def read(entry: Any, refused: bool) -> ToolCall:
+        call = _call_from_text(entry["id"], entry["name"], entry["args"])
+        return (replace(call, arguments=None, problem=entry["error"])
+                if refused else call)
+
+    def calls_of(message: Any) -> list[ToolCall]:
+        return [*(read(entry, False) for entry in message.tool_calls),
+                *(read(entry, True) for entry in message.invalid_tool_calls)]
+
+    def node(state: dict[str, Any]) -> dict[str, Any]:
+        calls = calls_of(state["messages"][-1])
+        answers = {call.call_id: interrupt({"tool": call.name,
+                                            "arguments": call.arguments})
+                   for call in calls if ask is not None and ask(call)}
+        return {"messages": [ToolMessage(_answer(
+            settle(call) if answers.get(call.call_id, "approve") == "approve"
+            else Observation(call.call_id, False, "denied",
+                             f"a person said: {answers[call.call_id]}")),
+            tool_call_id=call.call_id) for call in calls]}
+
+    def route(state: dict[str, Any]) -> str:
+        return "tools" if calls_of(state["messages"][-1]) else END
+
+    return node, route
+
+
+# From chapters/04_protocols.ipynb, cell kernel-read
+def kernel_read(reply: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+    """A reply's calls as Chapter 1's parser reads them, in LangChain's
+    terms: (calls, invalid calls). A call the parser refuses keeps the id
+    the parser gives it, its reason, and its arguments if they were text.
+    """
+    from langchain_core.messages.tool import invalid_tool_call, tool_call
+
+    read = parse_tool_calls(reply)
+    entries = reply["tool_calls"] if read else []
+    entries = entries if isinstance(entries, list) else [entries]
+    calls, invalid = [], []
+    for entry, call in zip(entries, read, strict=True):
+        if call.arguments is not None:
+            calls.append(tool_call(name=call.name, args=call.arguments,
+                                   id=call.call_id))
+            continue
+        shape = entry.get("function") if isinstance(entry, dict) else None
+        text = shape.get("arguments") if isinstance(shape, dict) else None
+        invalid.append(invalid_tool_call(
+            name=call.name, args=text if isinstance(text, str) else None,
+            id=call.call_id, error=call.problem))
+    return calls, invalid
+
+
+# From chapters/04_protocols.ipynb, cell framework-spans
+def genai_spans(spans: list[Any]) -> list[str]:
+    """The names of the spans that follow OpenTelemetry's GenAI conventions
+    (those with a ``gen_ai.operation.name``), in order."""
+    return [span.name for span in spans
+            if "gen_ai.operation.name" in (span.attributes or {})]
+
+
+def as_kernel_result(run: FrameworkRun) -> RunResult:
+    """A framework's answered run as the kernel's ``RunResult``, for
+    Chapter 2's ``run_spans``: its tool messages must be the kernel's own,
+    as the gated tools write them."""
+    if run.ending != "answered":
+        raise ValueError(f"only an answered run converts, not {run.ending}")
+    observations = []
+    for message in run.messages:
+        if message.get("role") == "tool":
+            body = json.loads(message["content"])
+            observations.append(Observation(message["tool_call_id"],
+                                            body["ok"], body["kind"],
+                                            body["content"]))
+    state = RunState(run.messages, observations, run.prompts,
+                     len(run.prompts), Stop.ANSWERED)
+    return RunResult(Stop.ANSWERED, run.messages[-1].get("content"), state)
+
+
+# From chapters/04_protocols.ipynb, cell otel-spans
+_COLLECTOR: dict[str, Any] = {}  # the in-memory exporter, once installed
+
+
+def otel_genai_spans(action: Callable[[], Any]) -> list[str]:
+    """Run ``action`` while OpenTelemetry's global tracer provider keeps
+    spans in memory, as a service's provider would export them; return the
+    names of the GenAI spans the run emitted. LangSmith, LangChain's own
+    tracer, writes there too, in its OpenTelemetry mode (``otel``: spans
+    for the global provider, nothing sent to LangSmith's service)."""
+    import langsmith
+    from langchain_core.tracers.langchain import wait_for_all_tracers
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+        InMemorySpanExporter)
+
+    if "exporter" not in _COLLECTOR:
+        provider = trace.get_tracer_provider()
+        if not isinstance(provider, TracerProvider):  # none installed yet
+            provider = TracerProvider()
+            trace.set_tracer_provider(provider)
+        _COLLECTOR["exporter"] = InMemorySpanExporter()
+        provider.add_span_processor(
+            SimpleSpanProcessor(_COLLECTOR["exporter"]))
+    _COLLECTOR["exporter"].clear()
+    tracer = langsmith.Client(tracing_mode="otel")  # after the provider
+    with langsmith.tracing_context(enabled=True, client=tracer):
+        action()
+    wait_for_all_tracers()  # LangSmith writes its spans from a thread
+    tracer.flush()
+    return genai_spans(_COLLECTOR["exporter"].get_finished_spans())
+
+
+# From chapters/04_protocols.ipynb, cell approval-ledger
+@dataclass
+class ApprovalLedger:
+    """Chapter 2's binding of an approval to its call, kept beside a framework.
+
+    The framework pauses and resumes by its own means; the ledger lives
+    outside the state it saves (in a service, a table beside the
+    framework's store). ``asks`` files a request for each call held for a
+    person, as the call stands, once per digest; ``approve`` takes the
+    person's yes for the request they were shown; ``settle`` (next cell)
+    runs a held call only if the digest of its arguments was approved.
+    """
+
+    run_id: str
+    tools: dict[str, ToolSpec]
+    policy: ApprovalPolicy = field(default_factory=ApprovalPolicy)
+    requests: list[ApprovalRequest] = field(default_factory=list)
+    approved: set[str] = field(default_factory=set)
+
+    def digest(self, call: ToolCall) -> str:
+        return call_digest(self.run_id, call.call_id, call.name,
+                           call.arguments or {})
+
+    def asks(self, call: ToolCall) -> bool:
+        """Whether a person must approve ``call``; files a request if so."""
+        verdict, reason = self.policy.classify(call, self.tools)
+        if validate_call(call, self.tools) is not None or verdict != "ask":
+            return False
+        digest = self.digest(call)
+        if all(request.digest != digest for request in self.requests):
+            self.requests.append(ApprovalRequest(
+                call.call_id, call.name, call.arguments or {}, digest, reason))
+        return True
+
+    def approve(self, request: ApprovalRequest) -> None:
+        """Approve the call a person was shown, as ``request`` shows it."""
+        self.approved.add(request.digest)
+
+    def settle(self, call: ToolCall) -> Observation:
+        return settle_approved(self, call)
+
+
+# From chapters/04_protocols.ipynb, cell settle-approved
+def settle_approved(ledger: ApprovalLedger, call: ToolCall) -> Observation:
+    """Validate ``call``, apply the ledger's policy, and pay every effect
+    under a key made from its digest, on Chapter 2's keyed desk:
+    ``approval/<digest>`` for a call a person approved, ``automatic/<digest>``
+    for one the policy allows. A step a framework runs again (two resumes
+    of one pause, a replay from an older checkpoint) sends the same key and
+    is paid once; so are two calls of a run under one id and arguments,
+    which a served model, naming every call afresh, does not make. A held
+    call runs only if its digest, as it stands now, was approved, and only
+    on a tool that takes a key, since otherwise its approval could be spent
+    twice."""
+    problem = validate_call(call, ledger.tools)
+    if problem is not None:
+        return Observation(call.call_id, False, "invalid", problem)
+    verdict, reason = ledger.policy.classify(call, ledger.tools)
+    digest, spec = ledger.digest(call), ledger.tools[call.name]
+    if verdict == "ask" and digest not in ledger.approved:
+        verdict, reason = "deny", "no approval for this call as it now stands"
+    if verdict == "ask" and not _takes_key(spec):
+        verdict, reason = "deny", "an approval here could be spent twice"
+    if verdict == "deny":
+        return Observation(call.call_id, False, "denied", reason)
+    if _takes_key(spec):
+        key = f"{'approval' if verdict == 'ask' else 'automatic'}/{digest}"
+        spec = replace(spec, handler=lambda **arguments: ledger.tools[
+            call.name].handler(**arguments, idempotency_key=key))
+    return execute_call(call, {call.name: spec}, allow_all)
 
 
 # From chapters/04_protocols.ipynb, cell serve-stdio

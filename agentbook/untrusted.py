@@ -31,7 +31,6 @@ from agentbook.durable import keyed_refunds
 import os
 import sys
 from pathlib import Path
-import functools
 import glob
 import platform
 import struct

@@ -3,6 +3,7 @@
     python -m scripts.checks.bench chapter|tests|commands|import|loop|live|sandbox|provenance
         [--runs N]
     python -m scripts.checks.bench mcp [--runs N] [--json figures/mcp-cost.json]
+    python -m scripts.checks.bench frameworks [--runs N] [--json figures/frameworks-bench.json]
     python -m scripts.checks.bench grading [--count 200] [--workers N] [--csv FILE]
                                             [--timeout 60] [--test-timeout 10]
 
@@ -22,9 +23,15 @@ backtracking search retry at every word, or a repeated search re-read the same l
 under 0.1 s; and ten values checked after a run read 100 results of 14 kB, under 1 s.
 mcp measures what Chapter 4 reports and has no target: one call over stdio to the desk's MCP
 server against the same call in process, and starting and stopping the server;
-`python3 dev.py book` writes its results into figures/ for the chapter to read.
+`python3 dev.py book` writes its results into figures/ for the chapter to read. frameworks
+measures what Chapter 4 reports beside the kernel, with no target either: each framework's
+import time (beyond `python -c pass`) and peak memory in fresh interpreters, and the
+distributions its import loads.
 Shared machines are noisy: it reports the median and spread, and for commands the processor
-time too, which load inflates less.
+time too, which load inflates less. frameworks measures what Chapter 4 reports beside the
+kernel: each framework's import time (beyond `python -c pass`) and peak memory in fresh
+interpreters, and the distributions its import loads; with --json it writes them for the
+chapter to read (`python3 dev.py book` writes figures/frameworks-bench.json).
 """
 
 from __future__ import annotations
@@ -209,6 +216,77 @@ def bench_sandbox(runs: int) -> None:
     ratio = statistics.median(seconds["run_sandboxed('print(1)')"]) / statistics.median(
         seconds["python -I -S -c 'print(1)'"])
     print(f"{'sandboxed over bare':44} {ratio:7.2f} times", flush=True)
+
+
+# What Chapter 4 imports of each framework, beside what the kernel needs.
+FRAMEWORK_IMPORTS = {
+    "agentbook (the kernel)": "import agentbook",
+    "OpenAI Agents SDK": "import agents",
+    "PydanticAI": "import pydantic_ai, pydantic_ai.models.function",
+    "LangGraph": "import langgraph.graph, langgraph.prebuilt, "
+                 "langchain_core.language_models.chat_models",
+}
+# A child's own peak resident memory in kilobytes, printed as its last line: Linux's VmHWM,
+# which starts afresh with the new program, where ru_maxrss would keep the peak of the
+# benchmark's own process that forked it; ru_maxrss elsewhere.
+PEAK_MEMORY = """
+import re, resource
+try:
+    with open("/proc/self/status") as status:
+        print(re.search(r"VmHWM:\\s+(\\d+)", status.read()).group(1))
+except OSError:
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+# The distributions whose modules a child has imported, and their installed size in bytes.
+LOADED_DISTRIBUTIONS = """
+import json, sys, importlib.metadata as metadata
+owners = metadata.packages_distributions()
+names = sorted({d for m in list(sys.modules) for d in owners.get(m.split(".")[0], [])})
+size = sum(f.locate().stat().st_size for n in names for f in metadata.distribution(n).files or []
+           if f.locate().is_file())
+print(json.dumps([names, size]))
+"""
+
+
+def peak_and_time(python: str, code: str) -> tuple[float, float]:
+    """Seconds on the clock for a fresh interpreter to run `code`, and its peak memory in MB."""
+    started = time.perf_counter()
+    done = subprocess.run([python, "-c", code + PEAK_MEMORY], cwd=ROOT, capture_output=True,
+                          text=True, check=True)
+    wall = time.perf_counter() - started
+    return wall, int(done.stdout.splitlines()[-1]) / 1024
+
+
+def bench_frameworks(python: str, runs: int, json_path: Path | None) -> None:
+    """Import time and peak memory of each framework beside the kernel's, in fresh
+    interpreters, the cases interleaved; medians, rounded so that a rerun moves them little."""
+    import platform
+
+    cases = {"python -c pass": "pass", **FRAMEWORK_IMPORTS}
+    for code in cases.values():  # warm up: bytecode caches written, files in memory
+        interpreter_time(python, code, write_bytecode=True)
+    samples: dict[str, list[tuple[float, float]]] = {label: [] for label in cases}
+    for _ in range(runs):
+        for label, code in cases.items():
+            samples[label].append(peak_and_time(python, code))
+    baseline = statistics.median(wall for wall, _ in samples["python -c pass"])
+    results = [{"name": "python -c pass", "code": "pass", "import_ms": 0,
+                "peak_mb": round(statistics.median(p for _, p in samples["python -c pass"])),
+                "distributions": 0, "installed_mb": 0, "loaded": []}]
+    for label, code in FRAMEWORK_IMPORTS.items():
+        wall = statistics.median(w for w, _ in samples[label]) - baseline
+        peak = statistics.median(p for _, p in samples[label])
+        loaded = subprocess.run([python, "-c", code + LOADED_DISTRIBUTIONS], cwd=ROOT,
+                                capture_output=True, text=True, check=True)
+        names, size = json.loads(loaded.stdout.splitlines()[-1])
+        results.append({"name": label, "code": code, "import_ms": round(wall * 100) * 10,
+                        "peak_mb": round(peak), "distributions": len(names),
+                        "installed_mb": round(size / 2**20), "loaded": names})
+        print(f"{label:28} import {wall * 1000:7.0f} ms  peak {peak:5.0f} MB  "
+              f"{len(names):3} distributions, {size / 2**20:5.0f} MB installed", flush=True)
+    if json_path is not None:
+        document = {"python": platform.python_version(), "runs": runs, "results": results}
+        json_path.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
 
 
 def bare_loop(task: str, model: Any, tools: dict[str, Any], gate: Any,
@@ -605,7 +683,8 @@ def bench_grading(count: int, workers: int, grades: Path | None, timeout: float,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=["chapter", "tests", "commands", "import", "loop", "live",
-                                         "grading", "sandbox", "provenance", "mcp"])
+                                         "grading", "sandbox", "provenance", "mcp",
+                                         "frameworks"])
     parser.add_argument("--runs", type=int, help="samples to take the median of (default: "
                         "3 for commands, 5 for chapter and tests, 21 for import, loop "
                         "and sandbox)")
@@ -614,7 +693,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="for live: the rendered book to serve")
     parser.add_argument("--installer", choices=["uv", "pip"], default="uv",
                         help="for commands: set up with uv (as dev.py does) or pip alone")
-    parser.add_argument("--json", type=Path, help="for mcp: also write the medians here")
+    parser.add_argument("--json", type=Path, help="for mcp and frameworks: also write the "
+                        "medians here, for Chapter 4 to read")
     parser.add_argument("--count", type=int, default=200, help="for grading: class size")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--csv", type=Path, help="for grading: also keep the grades here")
@@ -624,7 +704,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="for grading: each test's limit, as `grading class --test-timeout`")
     args = parser.parse_args(argv)
     default_runs = {"commands": 3, "import": 21, "sandbox": 21, "loop": 21,
-                    "provenance": 21}.get(args.what, 5)
+                    "provenance": 21, "frameworks": 7}.get(args.what, 5)
     runs = args.runs if args.runs is not None else default_runs
     if min(runs, args.count, args.workers) < 1:
         parser.error("--runs, --count and --workers must be at least 1")
@@ -635,6 +715,7 @@ def main(argv: list[str] | None = None) -> int:
         "import": lambda: bench_import(sys.executable, runs),
         "loop": lambda: bench_loop(runs),
         "sandbox": lambda: bench_sandbox(runs),
+        "frameworks": lambda: bench_frameworks(sys.executable, runs, args.json),
         "live": lambda: bench_live(args.book, runs),
         "grading": lambda: bench_grading(args.count, args.workers, args.csv, args.timeout,
                                          args.test_timeout),
