@@ -743,3 +743,36 @@ def test_the_wire_notes_each_message_as_sent() -> None:
     call = next(m for d, m in wire if d == "->" and m.get("method") == "tools/call")
     assert call["params"]["arguments"] == {"order_id": "A-17"}
     assert json.loads(json.dumps(wire)) == [list(entry) for entry in wire]
+
+
+# ---------------------------------------------------------------------------------------------
+# The chapter's table of attacks
+
+
+def test_every_test_the_chapters_table_names_exists_in_its_file() -> None:
+    """Each table of Chapter 4's "What can still go wrong" names its file in its header, and
+    each row names tests in that file (or says none exists, or points at a section)."""
+    import re
+
+    import nbformat
+
+    chapter = nbformat.read(REPO_ROOT / "chapters" / "04_protocols.ipynb", as_version=4)
+    [section] = [cell.source for cell in chapter.cells
+                 if cell.cell_type == "markdown" and "{#sec-protocols-wrong}" in cell.source]
+    files, rows, named = [], 0, 0
+    source = ""
+    for line in section.splitlines():
+        header = re.match(r"\| Attack .*\| Test in `tests/(test_\w+\.py)` \|$", line)
+        if header:
+            files.append(header.group(1))
+            source = (REPO_ROOT / "tests" / header.group(1)).read_text(encoding="utf-8")
+        elif line.startswith("| ") and source:
+            rows += 1
+            cited = line.rstrip(" |").rsplit("| ", 1)[1]
+            names = re.findall(r"`(test_\w+)`", cited)
+            assert names or cited in ("none", "the same test") or cited.startswith("@sec-"), line
+            for name in names:
+                assert re.search(rf"^def {name}\(", source, re.MULTILINE), (line, name)
+                named += 1
+    assert files == ["test_protocols.py", "test_frameworks.py"]
+    assert rows >= 40 and named >= 40
