@@ -28,7 +28,6 @@ from agentbook.anatomy import *  # noqa: F403
 # more name here (tests/test_light_import.py checks that none is left out).
 LATER_MODULES = (
     "durable",
-    "protocols",
     "real_models",
     "run_explorer",
     "untrusted",

@@ -12,13 +12,13 @@ import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass, field, replace
-from functools import wraps
 from pathlib import Path
 from typing import Any
 from agentbook.anatomy import (
     JSON_TYPE_NAMES,
     Gate,
     Observation,
+    RunState,
     ToolCall,
     ToolSpec,
     _json_copy,
@@ -32,7 +32,6 @@ from agentbook.anatomy import (
     SYSTEM_PROMPT,
     Limits,
     RunResult,
-    RunState,
     Stop,
     _answered_once_each,
     _fingerprint,
@@ -87,26 +86,29 @@ __all__ = [
     "langgraph_desk",
     "run_in_langgraph",
     "FRAMEWORKS",
-    "Settle",
     "run_desk_in",
     "effects_authorized",
     "calls_answered",
     "within_budget",
     "GOODWILL_TASK",
     "goodwill_model",
+    "AsItComes",
     "agents_approval_trial",
     "pydantic_approval_trial",
     "langgraph_approval_trial",
+    "Settle",
     "kernel_settle",
     "gated_agents_tools",
     "pydantic_gate_tools",
     "gated_tool_node",
     "kernel_read",
+    "run_desk_with_rules",
     "genai_spans",
     "as_kernel_result",
     "otel_genai_spans",
-    "ApprovalLedger",
     "settle_approved",
+    "ApprovalLedger",
+    "BehindTheLedger",
 ]
 
 
@@ -702,23 +704,11 @@ def distrust_server(record: ProvenanceRecord,
     All the model is shown of them before any call goes into ``record``
     now, each text as it is (names, descriptions, the names of their
     arguments); each result and each error message is recorded as it
-    arrives.
+    arrives, as for any tool ``record`` wraps without vouching for it.
     """
     record.sightings += [(False, text) for name, spec in tools.items()
                          for text in (name, spec.description, *spec.schema)]
-
-    def erring(spec: ToolSpec) -> ToolSpec:
-        @wraps(spec.handler)
-        def handler(**arguments: Any) -> Any:
-            try:
-                return spec.handler(**arguments)
-            except Exception as failure:
-                record.sightings.append((False, str(failure)))
-                raise
-        return replace(spec, handler=handler)
-
-    watched = record.wrap(tools)  # no tool of a server's is vouched for
-    return {name: erring(spec) for name, spec in watched.items()}
+    return record.wrap(tools)  # no tool of a server's is vouched for
 
 
 # From chapters/04_protocols.ipynb, cell prompt-log
@@ -1285,58 +1275,25 @@ def run_in_langgraph(graph: Any, log: PromptLog,
                         log.replies)
 
 
-# From chapters/04_protocols.ipynb, cell run-desk-in
-FRAMEWORKS = ("Agents SDK", "PydanticAI", "LangGraph")
-# What a framework's tools hand each call to, in @sec-framework-additions.
-Settle = Callable[[ToolCall], Observation]
-
-
-def run_desk_in(framework: str, model: Any, task: str, gate: Gate,
-                limits: Limits = Limits(), *,
-                kernel_rules: bool = False) -> FrameworkRun:
-    """Run ``task`` on a fresh copy of Chapter 1's desk in ``framework``.
-
-    As it comes, a framework gets ``gate`` in its own hook and its own
-    limits: a turn cap (PydanticAI a token limit too). With
-    ``kernel_rules``, the kernel's rules go into its two seams:
-    ``kernel_settle`` behind its tools and a budgeted ``PromptLog`` as its
-    model. The model's call ids are made fresh, as a served model's are.
-    """
-    tools, effects = make_environment()
-    budget = limits.max_prompt_tokens if kernel_rules else None
-    log = PromptLog(FreshIds(model), max_prompt_tokens=budget)
-    settle = (kernel_settle(tools, gate, log, limits.repeated_denials)
-              if kernel_rules else None)
-    run = {"Agents SDK": _desk_in_agents, "PydanticAI": _desk_in_pydantic,
-           "LangGraph": _desk_in_langgraph}[framework]
-    return run(log, tools, effects, task, gate, limits, settle)
-
-
 # From chapters/04_protocols.ipynb, cell desk-in-each
 def _desk_in_agents(log: PromptLog, tools: dict[str, ToolSpec],
                     effects: list[dict[str, Any]], task: str, gate: Gate,
-                    limits: Limits, settle: Settle | None) -> FrameworkRun:
-    made = gated_agents_tools(tools, settle) if settle else agents_tools(
-        tools, gate)  # with the kernel's rules, unknown tools are answered
-    config = ({"tool_not_found_behavior": "return_error_to_model"}
-              if settle else None)
-    return run_in_agents(log, made, effects, task, system_prompt=SYSTEM_PROMPT,
-                         max_turns=limits.max_turns, run_config=config)[0]
+                    limits: Limits) -> FrameworkRun:
+    return run_in_agents(log, agents_tools(tools, gate), effects, task,
+                         system_prompt=SYSTEM_PROMPT,
+                         max_turns=limits.max_turns)[0]
 
 
 def _desk_in_pydantic(log: PromptLog, tools: dict[str, ToolSpec],
                       effects: list[dict[str, Any]], task: str, gate: Gate,
-                      limits: Limits, settle: Settle | None) -> FrameworkRun:
+                      limits: Limits) -> FrameworkRun:
     from pydantic_ai import UsageLimits
     from pydantic_ai.capabilities import Instrumentation
 
-    made, hooks = (pydantic_gate_tools(tools, settle) if settle
-                   else pydantic_tools(tools, gate))
-    usage = (UsageLimits(request_limit=limits.max_turns) if settle
-             else UsageLimits(
-                 request_limit=limits.max_turns,
-                 count_tokens_before_request=True,
-                 per_request_input_tokens_limit=limits.max_prompt_tokens))
+    made, hooks = pydantic_tools(tools, gate)
+    usage = UsageLimits(
+        request_limit=limits.max_turns, count_tokens_before_request=True,
+        per_request_input_tokens_limit=limits.max_prompt_tokens)
     return run_in_pydantic(log, made, effects, task,
                            system_prompt=SYSTEM_PROMPT,
                            capabilities=[*hooks, Instrumentation()],
@@ -1345,13 +1302,31 @@ def _desk_in_pydantic(log: PromptLog, tools: dict[str, ToolSpec],
 
 def _desk_in_langgraph(log: PromptLog, tools: dict[str, ToolSpec],
                        effects: list[dict[str, Any]], task: str, gate: Gate,
-                       limits: Limits, settle: Settle | None) -> FrameworkRun:
-    node, route, read = ((*gated_tool_node(settle), kernel_read) if settle
-                         else (langgraph_tools(tools, gate), None, None))
-    graph = langgraph_desk(log, node, route, read=read)
+                       limits: Limits) -> FrameworkRun:
+    graph = langgraph_desk(log, langgraph_tools(tools, gate))
     return run_in_langgraph(graph, log, effects, task,
                             system_prompt=SYSTEM_PROMPT,
                             recursion_limit=2 * limits.max_turns)
+
+
+# From chapters/04_protocols.ipynb, cell run-desk-in
+FRAMEWORKS = ("Agents SDK", "PydanticAI", "LangGraph")
+
+
+def run_desk_in(framework: str, model: Any, task: str, gate: Gate,
+                limits: Limits = Limits()) -> FrameworkRun:
+    """Run ``task`` on a fresh copy of Chapter 1's desk in ``framework``,
+    as it comes: ``gate`` in its own hook, and its own limits, a turn cap
+    (PydanticAI a token limit too). The model's call ids are made fresh,
+    as a served model's are.
+    """
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"no framework {framework!r}; one of {FRAMEWORKS}")
+    tools, effects = make_environment()
+    log = PromptLog(FreshIds(model))
+    run = {"Agents SDK": _desk_in_agents, "PydanticAI": _desk_in_pydantic,
+           "LangGraph": _desk_in_langgraph}[framework]
+    return run(log, tools, effects, task, gate, limits)
 
 
 # From chapters/04_protocols.ipynb, cell judge-run
@@ -1420,14 +1395,27 @@ def _policy_asks(tools: dict[str, ToolSpec]) -> AskFor:
                          or policy.classify(call, tools)[0] != "allow")
 
 
-def _trial_desk(keyed: bool,
-                ) -> tuple[dict[str, ToolSpec], list[dict[str, Any]]]:
-    """Chapter 1's desk, or Chapter 2's keyed one for the ledger to pay on.
-    The keyed handler's extra keyword would show in a schema a framework
-    derives from the handler, so only the gated tools get that desk."""
-    from agentbook.durable import make_keyed_environment
+class AsItComes:
+    """How a trial seats Chapter 1's desk in each framework: its tools as
+    the framework's docs make them, Chapter 2's policy deciding who waits."""
 
-    return make_keyed_environment()[:2] if keyed else make_environment()
+    def __init__(self) -> None:
+        self.tools, self.effects = make_environment()
+
+    def agents(self) -> list[Any]:
+        return agents_tools(self.tools, ask=_policy_asks(self.tools))
+
+    def pydantic(self) -> tuple[list[Any], list[Any]]:
+        return pydantic_tools(self.tools, ask=_policy_asks(self.tools))
+
+    def langgraph(self) -> tuple[Any, Any, Any]:
+        """(tool node, router, reader): LangGraph's own for the last two."""
+        node = langgraph_tools(self.tools, ask=_policy_asks(self.tools))
+        return node, None, None
+
+    def approve(self) -> None:
+        """A person's yes, where the seat keeps requests (this one keeps
+        none: the framework's state holds them)."""
 
 
 def _edited(text: str, cents: int | None) -> str:
@@ -1441,23 +1429,21 @@ def _edited(text: str, cents: int | None) -> str:
 # From chapters/04_protocols.ipynb, cell approval-trials
 def agents_approval_trial(model: Callable[[], Any], loads: int = 2,
                           edit_to: int | None = None,
-                          ledger: bool = False) -> list[dict[str, Any]]:
+                          seat: type[AsItComes] = AsItComes,
+                          ) -> list[dict[str, Any]]:
     """Pause the goodwill refund for approval in the Agents SDK, save its
     ``RunState``, then load the saved text ``loads`` times (its amount
-    edited to ``edit_to``), approve and resume each; the effect log."""
+    edited to ``edit_to``), approve and resume each, the desk seated by
+    ``seat``; the effect log."""
     from agents import RunState as AgentsState
     from agents.exceptions import AgentsException
 
-    tools, effects = _trial_desk(ledger)
-    book = ApprovalLedger("trial", tools) if ledger else None
-    made = (gated_agents_tools(tools, book.settle, book.asks) if book
-            else agents_tools(tools, ask=_policy_asks(tools)))
+    seated = seat()
+    made, effects = seated.agents(), seated.effects
     _, paused = run_in_agents(PromptLog(model()), made, effects, GOODWILL_TASK,
                               system_prompt=SYSTEM_PROMPT)
     saved = _edited(paused.to_state().to_string(), edit_to)
-    if book is not None:  # the person approves each call as it was shown
-        for request in list(book.requests):
-            book.approve(request)
+    seated.approve()  # the person approves each call as it was shown
 
     def approved(agent: Any) -> Any:
         state = _sync(AgentsState.from_string(agent, saved))
@@ -1476,25 +1462,23 @@ def agents_approval_trial(model: Callable[[], Any], loads: int = 2,
 # From chapters/04_protocols.ipynb, cell pydantic-approval-trial
 def pydantic_approval_trial(model: Callable[[], Any], loads: int = 2,
                             edit_to: int | None = None,
-                            ledger: bool = False) -> list[dict[str, Any]]:
+                            seat: type[AsItComes] = AsItComes,
+                            ) -> list[dict[str, Any]]:
     """Pause the goodwill refund in PydanticAI as a deferred tool request,
     save the message history as JSON, then load it ``loads`` times (its
-    amount edited to ``edit_to``), approve and resume each; the effect log."""
+    amount edited to ``edit_to``), approve and resume each, the desk
+    seated by ``seat``; the effect log."""
     from pydantic_ai.messages import ModelMessagesTypeAdapter
 
-    tools, effects = _trial_desk(ledger)
-    book = ApprovalLedger("trial", tools) if ledger else None
-    made, hooks = (pydantic_gate_tools(tools, book.settle, book.asks) if book
-                   else pydantic_tools(tools, ask=_policy_asks(tools)))
+    seated = seat()
+    (made, hooks), effects = seated.pydantic(), seated.effects
     _, paused = run_in_pydantic(PromptLog(model()), made, effects,
                                 GOODWILL_TASK, system_prompt=SYSTEM_PROMPT,
                                 capabilities=hooks)
     waiting = [call.tool_call_id for call in paused.output.approvals]
     saved = _edited(ModelMessagesTypeAdapter.dump_json(
         paused.all_messages()).decode(), edit_to)
-    if book is not None:
-        for request in list(book.requests):
-            book.approve(request)
+    seated.approve()
     for _ in range(loads):
         run_in_pydantic(PromptLog(model()), made, effects, None,
                         system_prompt=SYSTEM_PROMPT, capabilities=hooks,
@@ -1506,28 +1490,23 @@ def pydantic_approval_trial(model: Callable[[], Any], loads: int = 2,
 # From chapters/04_protocols.ipynb, cell langgraph-approval-trial
 def langgraph_approval_trial(model: Callable[[], Any], loads: int = 2,
                              edit_to: int | None = None,
-                             ledger: bool = False) -> list[dict[str, Any]]:
+                             seat: type[AsItComes] = AsItComes,
+                             ) -> list[dict[str, Any]]:
     """Pause the goodwill refund in LangGraph with ``interrupt``, keep the
     checkpoint, edit the pending refund's amount to ``edit_to`` with
     ``update_state`` if asked, then resume ``loads`` copies of the saved
     checkpoint, each approved, as workers that load it at once; the log."""
     from langchain_core.messages import AIMessage
 
-    tools, effects = _trial_desk(ledger)
-    book = ApprovalLedger("trial", tools) if ledger else None
-    node, route = (gated_tool_node(book.settle, book.asks) if book
-                   else (langgraph_tools(tools, ask=_policy_asks(tools)),
-                         None))
+    seated = seat()
+    (node, route, read), effects = seated.langgraph(), seated.effects
     log = PromptLog(model())
-    read = kernel_read if book else None  # the gated node reads as the kernel
     graph = langgraph_desk(log, node, route, read=read)
     run_in_langgraph(graph, log, effects, GOODWILL_TASK,
                      system_prompt=SYSTEM_PROMPT)
     config = {"configurable": {"thread_id": "desk"}}
     pending = graph.get_state(config).values["messages"][-1]
-    if book is not None:
-        for request in list(book.requests):
-            book.approve(request)
+    seated.approve()
     if edit_to is not None:
         calls = [{**call, "args": {**call["args"], "amount_cents": edit_to}}
                  if call["name"] == "refund_order" else call
@@ -1544,6 +1523,9 @@ def langgraph_approval_trial(model: Callable[[], Any], loads: int = 2,
 
 
 # From chapters/04_protocols.ipynb, cell settle
+Settle = Callable[[ToolCall], Observation]  # what gated tools call
+
+
 def kernel_settle(tools: dict[str, ToolSpec], gate: Gate,
                   log: PromptLog | None = None,
                   repeated_denials: int = 2) -> Settle:
@@ -1715,6 +1697,39 @@ def kernel_read(reply: dict[str, Any]) -> tuple[list[Any], list[Any]]:
     return calls, invalid
 
 
+# From chapters/04_protocols.ipynb, cell desk-with-rules
+def run_desk_with_rules(framework: str, model: Any, task: str, gate: Gate,
+                        limits: Limits = Limits()) -> FrameworkRun:
+    """``run_desk_in`` with the kernel's rules in the framework's two seams:
+    ``kernel_settle`` behind its tools, a budgeted ``PromptLog`` as its
+    model, and in LangGraph ``kernel_read``. Its turn cap stays its own."""
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"no framework {framework!r}; one of {FRAMEWORKS}")
+    tools, effects = make_environment()
+    budget = limits.max_prompt_tokens
+    log = PromptLog(FreshIds(model), max_prompt_tokens=budget)
+    settle = kernel_settle(tools, gate, log, limits.repeated_denials)
+    if framework == "Agents SDK":  # an unknown tool answered, not raised
+        return run_in_agents(
+            log, gated_agents_tools(tools, settle), effects, task,
+            system_prompt=SYSTEM_PROMPT, max_turns=limits.max_turns,
+            run_config={"tool_not_found_behavior": "return_error_to_model"})[0]
+    if framework == "PydanticAI":
+        from pydantic_ai import UsageLimits
+        from pydantic_ai.capabilities import Instrumentation
+
+        made, hooks = pydantic_gate_tools(tools, settle)
+        return run_in_pydantic(
+            log, made, effects, task, system_prompt=SYSTEM_PROMPT,
+            capabilities=[*hooks, Instrumentation()],
+            usage_limits=UsageLimits(request_limit=limits.max_turns))[0]
+    node, route = gated_tool_node(settle)
+    graph = langgraph_desk(log, node, route, read=kernel_read)
+    return run_in_langgraph(graph, log, effects, task,
+                            system_prompt=SYSTEM_PROMPT,
+                            recursion_limit=2 * limits.max_turns)
+
+
 # From chapters/04_protocols.ipynb, cell framework-spans
 def genai_spans(spans: list[Any]) -> list[str]:
     """The names of the spans that follow OpenTelemetry's GenAI conventions
@@ -1776,6 +1791,36 @@ def otel_genai_spans(action: Callable[[], Any]) -> list[str]:
     return genai_spans(_COLLECTOR["exporter"].get_finished_spans())
 
 
+# From chapters/04_protocols.ipynb, cell settle-approved
+def settle_approved(ledger: "ApprovalLedger", call: ToolCall) -> Observation:
+    """Validate ``call``, apply the ledger's policy, and pay every effect
+    under a key made from its digest, on Chapter 2's keyed desk:
+    ``approval/<digest>`` for a call a person approved, ``automatic/<digest>``
+    for one the policy allows. A step a framework runs again (two resumes
+    of one pause, a replay from an older checkpoint) sends the same key and
+    is paid once; so are two calls of a run under one id and arguments,
+    which a served model, naming every call afresh, does not make. A held
+    call runs only if its digest, as it stands now, was approved, and only
+    on a tool that takes a key, since otherwise its approval could be spent
+    twice."""
+    problem = validate_call(call, ledger.tools)
+    if problem is not None:
+        return Observation(call.call_id, False, "invalid", problem)
+    verdict, reason = ledger.policy.classify(call, ledger.tools)
+    digest, spec = ledger.digest(call), ledger.tools[call.name]
+    if verdict == "ask" and digest not in ledger.approved:
+        verdict, reason = "deny", "no approval for this call as it now stands"
+    if verdict == "ask" and not _takes_key(spec):
+        verdict, reason = "deny", "an approval here could be spent twice"
+    if verdict == "deny":
+        return Observation(call.call_id, False, "denied", reason)
+    if _takes_key(spec):
+        key = f"{'approval' if verdict == 'ask' else 'automatic'}/{digest}"
+        spec = replace(spec, handler=lambda **arguments: ledger.tools[
+            call.name].handler(**arguments, idempotency_key=key))
+    return execute_call(call, {call.name: spec}, allow_all)
+
+
 # From chapters/04_protocols.ipynb, cell approval-ledger
 @dataclass
 class ApprovalLedger:
@@ -1818,34 +1863,34 @@ class ApprovalLedger:
         return settle_approved(self, call)
 
 
-# From chapters/04_protocols.ipynb, cell settle-approved
-def settle_approved(ledger: ApprovalLedger, call: ToolCall) -> Observation:
-    """Validate ``call``, apply the ledger's policy, and pay every effect
-    under a key made from its digest, on Chapter 2's keyed desk:
-    ``approval/<digest>`` for a call a person approved, ``automatic/<digest>``
-    for one the policy allows. A step a framework runs again (two resumes
-    of one pause, a replay from an older checkpoint) sends the same key and
-    is paid once; so are two calls of a run under one id and arguments,
-    which a served model, naming every call afresh, does not make. A held
-    call runs only if its digest, as it stands now, was approved, and only
-    on a tool that takes a key, since otherwise its approval could be spent
-    twice."""
-    problem = validate_call(call, ledger.tools)
-    if problem is not None:
-        return Observation(call.call_id, False, "invalid", problem)
-    verdict, reason = ledger.policy.classify(call, ledger.tools)
-    digest, spec = ledger.digest(call), ledger.tools[call.name]
-    if verdict == "ask" and digest not in ledger.approved:
-        verdict, reason = "deny", "no approval for this call as it now stands"
-    if verdict == "ask" and not _takes_key(spec):
-        verdict, reason = "deny", "an approval here could be spent twice"
-    if verdict == "deny":
-        return Observation(call.call_id, False, "denied", reason)
-    if _takes_key(spec):
-        key = f"{'approval' if verdict == 'ask' else 'automatic'}/{digest}"
-        spec = replace(spec, handler=lambda **arguments: ledger.tools[
-            call.name].handler(**arguments, idempotency_key=key))
-    return execute_call(call, {call.name: spec}, allow_all)
+# From chapters/04_protocols.ipynb, cell ledger-seat
+class BehindTheLedger(AsItComes):
+    """A trial's desk behind an ``ApprovalLedger``: Chapter 2's keyed desk
+    and the gated tools. (The keyed handler's extra keyword would show in
+    a schema a framework derives from the handler, so only the gated
+    tools, whose schema is the contract's, get that desk.)"""
+
+    def __init__(self) -> None:
+        from agentbook.durable import make_keyed_environment
+
+        self.tools, self.effects, _ = make_keyed_environment()
+        self.ledger = ApprovalLedger("trial", self.tools)
+
+    def agents(self) -> list[Any]:
+        return gated_agents_tools(self.tools, self.ledger.settle,
+                                  self.ledger.asks)
+
+    def pydantic(self) -> tuple[list[Any], list[Any]]:
+        return pydantic_gate_tools(self.tools, self.ledger.settle,
+                                   self.ledger.asks)
+
+    def langgraph(self) -> tuple[Any, Any, Any]:
+        node, route = gated_tool_node(self.ledger.settle, self.ledger.asks)
+        return node, route, kernel_read  # the gated node reads as the kernel
+
+    def approve(self) -> None:
+        for request in list(self.ledger.requests):
+            self.ledger.approve(request)
 
 
 # From chapters/04_protocols.ipynb, cell serve-stdio

@@ -37,9 +37,11 @@ from agentbook import (
     overreaching_model,
     refund_gate,
     run_desk_in,
+    run_desk_with_rules,
     tool_call_message,
 )
 from agentbook.protocols import (
+    BehindTheLedger,
     _edited,
     agents_approval_trial,
     as_kernel_result,
@@ -60,6 +62,11 @@ def one_call(arguments: str, name: str = "refund_order") -> ScriptedModel:
 
 def refunds(effects: list[dict[str, Any]]) -> list[int]:
     return [receipt["refunded_cents"] for receipt in effects]
+
+
+def desk_runner(rules: bool) -> Any:
+    """The desk in a framework as it comes, or with the kernel's rules in its seams."""
+    return run_desk_with_rules if rules else run_desk_in
 
 
 # --- The seams, without any framework ---------------------------------------------------------
@@ -209,7 +216,7 @@ HOSTILE_ARGUMENTS = {
 def test_with_the_kernels_rules_no_hostile_argument_moves_money(framework: str,
                                                                  arguments: str) -> None:
     tools, _ = make_environment()
-    run = run_desk_in(framework, one_call(arguments), TASK, refund_gate, kernel_rules=True)
+    run = run_desk_with_rules(framework, one_call(arguments), TASK, refund_gate)
     assert run.effects == [] and effects_authorized(run, tools, refund_gate)
     assert calls_answered(run) and run.ending == "answered"
 
@@ -217,10 +224,9 @@ def test_with_the_kernels_rules_no_hostile_argument_moves_money(framework: str,
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_with_the_kernels_rules_an_unknown_tool_is_answered_and_the_run_checks(
         framework: str) -> None:
-    run = run_desk_in(framework, one_call("{}", "delete_database"), TASK, refund_gate,
-                      kernel_rules=True)
+    run = run_desk_with_rules(framework, one_call("{}", "delete_database"), TASK, refund_gate)
     assert calls_answered(run) and run.ending == "answered"
-    gated = run_desk_in(framework, overreaching_model(), TASK, refund_gate, kernel_rules=True)
+    gated = run_desk_with_rules(framework, overreaching_model(), TASK, refund_gate)
     assert refunds(gated.effects) == [4999]
     assert all(check_run(as_kernel_result(gated), gated.effects, Limits()).values())
 
@@ -302,7 +308,7 @@ def test_pydantic_ai_answers_every_refusal_given_as_a_result_rather_than_a_retry
 def test_a_saved_approval_loaded_twice_pays_twice_unless_the_ledger_keys_it(
         framework: str) -> None:
     assert refunds(TRIALS[framework](goodwill_model, loads=2)) == [7999, 7999]
-    assert refunds(TRIALS[framework](goodwill_model, loads=2, ledger=True)) == [7999]
+    assert refunds(TRIALS[framework](goodwill_model, loads=2, seat=BehindTheLedger)) == [7999]
 
 
 @pytest.mark.parametrize(("framework", "paid"), [
@@ -310,7 +316,7 @@ def test_a_saved_approval_loaded_twice_pays_twice_unless_the_ledger_keys_it(
 def test_an_amount_edited_while_paused_is_paid_unless_the_call_is_bound(
         framework: str, paid: list[int]) -> None:
     assert refunds(TRIALS[framework](goodwill_model, loads=1, edit_to=19999)) == paid
-    assert TRIALS[framework](goodwill_model, loads=1, edit_to=19999, ledger=True) == []
+    assert TRIALS[framework](goodwill_model, loads=1, edit_to=19999, seat=BehindTheLedger) == []
 
 
 def test_an_approval_written_into_the_agents_sdks_saved_state_is_honored() -> None:
@@ -446,7 +452,7 @@ def test_langgraphs_tool_node_pays_a_refund_again_when_it_resumes() -> None:
         return ScriptedModel(turns=[message_of(3000, 8000), answer_message("done")])
 
     assert refunds(langgraph_approval_trial(mixed, loads=1)) == [3000, 3000, 8000]
-    assert refunds(langgraph_approval_trial(mixed, loads=1, ledger=True)) == [3000, 8000]
+    assert refunds(langgraph_approval_trial(mixed, loads=1, seat=BehindTheLedger)) == [3000, 8000]
 
 
 def test_pydantic_ai_refuses_a_decision_for_a_call_it_is_not_holding() -> None:
@@ -534,7 +540,8 @@ def test_the_colab_install_cells_install_the_protocols_extra() -> None:
 
     root = Path(__file__).resolve().parent.parent
     for notebook in ("chapters/04_protocols.ipynb", "exercises/source/protocols-exercises.ipynb"):
-        [cell] = [c for c in nbformat.read(root / notebook, 4).cells if c.get("id") == "colab-extras"]
+        cells = nbformat.read(root / notebook, 4).cells
+        [cell] = [c for c in cells if c.get("id") == "colab-extras"]
         assert 'f"agentbook[protocols] @ {REPOSITORY}@{COMMIT}"' in cell.source, notebook
         for module in ("agents", "pydantic_ai", "langgraph", "jsonschema"):
             assert f'"{module}"' in cell.source, (notebook, module)
@@ -566,7 +573,7 @@ def test_two_resumes_of_a_paused_message_pay_its_automatic_refund_once_with_the_
         framework: str) -> None:
     """LangGraph runs the paused node again on each resume, the automatic refund with it: the
     ledger pays every effect under a key, not only the approved ones."""
-    assert refunds(TRIALS[framework](mixed, loads=2, ledger=True)) == [3000, 8000]
+    assert refunds(TRIALS[framework](mixed, loads=2, seat=BehindTheLedger)) == [3000, 8000]
 
 
 def test_fresh_ids_name_two_calls_of_one_reply_apart() -> None:
@@ -583,8 +590,7 @@ def test_with_the_kernels_rules_two_calls_under_one_id_are_both_settled(framewor
     twice = message_of(100, 200)
     for entry in twice["tool_calls"]:
         entry["id"] = "c1"
-    run = run_desk_in(framework, ScriptedModel(turns=[twice]), TASK, refund_gate,
-                      kernel_rules=True)
+    run = run_desk_with_rules(framework, ScriptedModel(turns=[twice]), TASK, refund_gate)
     assert refunds(run.effects) == [100, 200]
     assert calls_answered(run) and run.ending == "answered"
 
@@ -595,8 +601,8 @@ def test_with_the_kernels_rules_two_calls_under_one_id_are_both_settled(framewor
 def test_a_name_like_a_tools_is_an_unknown_tool(framework: str, name: str) -> None:
     """Case, a trailing space, a Cyrillic o, a namespace: each framework matches names exactly,
     so the call is answered as unknown and nothing is paid, as in the kernel."""
-    run = run_desk_in(framework, one_call('{"order_id": "A-17", "amount_cents": 100}', name),
-                      TASK, refund_gate, kernel_rules=True)
+    refund = one_call('{"order_id": "A-17", "amount_cents": 100}', name)
+    run = run_desk_with_rules(framework, refund, TASK, refund_gate)
     assert run.effects == [] and calls_answered(run) and run.ending == "answered"
 
 
@@ -643,8 +649,7 @@ ENVELOPES = {
 def test_with_the_kernels_rules_a_call_the_wire_format_forbids_moves_no_money(
         framework: str, entry: dict[str, Any]) -> None:
     message = {"role": "assistant", "content": None, "tool_calls": [entry]}
-    run = run_desk_in(framework, ScriptedModel(turns=[message]), TASK, refund_gate,
-                      kernel_rules=True)
+    run = run_desk_with_rules(framework, ScriptedModel(turns=[message]), TASK, refund_gate)
     assert run.effects == []
     if framework == "LangGraph":
         assert calls_answered(run) and run.ending == "answered"
@@ -657,7 +662,7 @@ def test_a_gate_that_raises_ends_the_run_and_pays_nothing(framework: str) -> Non
         raise RuntimeError("the policy service is down")
 
     for rules in (False, True):
-        run = run_desk_in(framework, overreaching_model(), TASK, broken, kernel_rules=rules)
+        run = desk_runner(rules)(framework, overreaching_model(), TASK, broken)
         assert run.effects == [] and run.ending not in ("answered", "paused")
 
 
@@ -665,8 +670,8 @@ def test_a_gate_that_raises_ends_the_run_and_pays_nothing(framework: str) -> Non
 def test_langgraphs_checkpointer_cannot_store_an_integer_wider_than_64_bits(rules: bool) -> None:
     """The run ends in TypeError before any tool runs: a limit of LangGraph's checkpointer
     that the kernel's rules do not lift. Nothing is paid."""
-    run = run_desk_in("LangGraph", one_call('{"order_id": "A-17", "amount_cents": 1' + "0" * 20
-                                            + "}"), TASK, refund_gate, kernel_rules=rules)
+    run = desk_runner(rules)("LangGraph", one_call('{"order_id": "A-17", "amount_cents": 1'
+                                                   + "0" * 20 + "}"), TASK, refund_gate)
     assert run.ending == "TypeError" and run.effects == []
 
 
@@ -705,8 +710,7 @@ def test_the_agents_sdks_own_fingerprint_ends_a_run_on_arguments_it_cannot_hash(
     is paid. (The kernel answers the first as invalid and pays the second, a refund to an order
     id no order has, as the desk's handler allows.)"""
     for rules in (False, True):
-        run = run_desk_in("Agents SDK", one_call(arguments), TASK, refund_gate,
-                          kernel_rules=rules)
+        run = desk_runner(rules)("Agents SDK", one_call(arguments), TASK, refund_gate)
         assert run.ending == ending and run.effects == []
 
 
@@ -721,7 +725,7 @@ def test_with_the_kernels_rules_a_call_after_the_stop_is_skipped_not_paid(framew
 
     tools, effects = make_environment()
     kernel = kernel_run(run_agent(TASK, FreshIds(model()), tools, refund_gate, Limits()), effects)
-    run = run_desk_in(framework, model(), TASK, refund_gate, kernel_rules=True)
+    run = run_desk_with_rules(framework, model(), TASK, refund_gate)
     assert kernel.ending == run.ending == "no_progress"
     assert refunds(kernel.effects) == refunds(run.effects) == []
     assert calls_answered(run)

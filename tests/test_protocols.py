@@ -563,7 +563,7 @@ def test_an_instruction_in_an_error_is_untrusted() -> None:
             local = policy.wrap(desk, trusted=["lookup_order", "read_policy"])
             server = {"lookup_parcel" if n == "lookup_order" else n: s
                       for n, s in server.items()}
-            served = distrust_server(policy, server) if distrusted else policy.wrap(server)
+            served = distrust_server(policy, server) if distrusted else server
             tools = combine_tools(local, served)
             model = obedient_model([{"tool": "lookup_parcel",
                                      "arguments": {"order_id": "A-17"}}, *plan],
