@@ -1,7 +1,7 @@
 """The book's two commands. Run with any Python 3.11 or newer.
 
-    python3 dev.py book    set up .venv, measure Chapter 3's defenses on AgentDojo
-                           and Chapter 4's frameworks' import time and memory
+    python3 dev.py book    set up .venv, measure Chapter 3's defenses on AgentDojo,
+                           and Chapter 4's MCP call cost and frameworks' imports,
                            into figures/, regenerate the package, outputs, figures,
                            the student exercises, their graded example submissions
                            and the reader notebooks from the sources, then render

@@ -56,7 +56,8 @@ LOADS_LIBRARY |= {name: "starts a sandboxed Python process, which a browser cann
 LOADS_LIBRARY["mcp_tools"] = "starts an MCP server, another process, which a browser cannot"
 # Chapter 4's names that run a framework (each imports it inside), which the page lacks.
 LOADS_LIBRARY |= {name: "runs an agent framework, which the page's Python does not have"
-                  for name in ("run_desk_in", "agents_approval_trial", "pydantic_approval_trial",
+                  for name in ("run_desk_in", "run_desk_with_rules", "agents_approval_trial",
+                               "pydantic_approval_trial",
                                "langgraph_approval_trial", "otel_genai_spans", "agents_model",
                                "agents_tools", "gated_agents_tools", "run_in_agents",
                                "pydantic_model", "pydantic_tools", "pydantic_gate_tools",

@@ -26,12 +26,9 @@ server against the same call in process, and starting and stopping the server;
 `python3 dev.py book` writes its results into figures/ for the chapter to read. frameworks
 measures what Chapter 4 reports beside the kernel, with no target either: each framework's
 import time (beyond `python -c pass`) and peak memory in fresh interpreters, and the
-distributions its import loads.
+distributions its import loads; `python3 dev.py book` writes them into figures/ too.
 Shared machines are noisy: it reports the median and spread, and for commands the processor
-time too, which load inflates less. frameworks measures what Chapter 4 reports beside the
-kernel: each framework's import time (beyond `python -c pass`) and peak memory in fresh
-interpreters, and the distributions its import loads; with --json it writes them for the
-chapter to read (`python3 dev.py book` writes figures/frameworks-bench.json).
+time too, which load inflates less.
 """
 
 from __future__ import annotations
