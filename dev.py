@@ -1,6 +1,7 @@
 """The book's two commands. Run with any Python 3.11 or newer.
 
-    python3 dev.py book    set up .venv, measure Chapter 3's defenses on AgentDojo
+    python3 dev.py book    set up .venv, measure Chapter 3's defenses on AgentDojo,
+                           and Chapter 4's MCP call cost and frameworks' imports,
                            into figures/, regenerate the package, outputs, figures,
                            the student exercises, their graded example submissions
                            and the reader notebooks from the sources, then render
@@ -269,9 +270,12 @@ def install_quarto() -> str | None:
 def book() -> int:
     """Regenerate everything the chapters produce, then render if Quarto is here or can be."""
     set_up()
-    # Chapter 3 reads its AgentDojo results from figures/, so they are written first.
+    # Chapter 3 reads its AgentDojo results from figures/, and Chapter 4 what an MCP call
+    # costs and its frameworks' import times, so they are written first.
     steps = (*(("scripts.checks.injection", "--suite", suite, "--json",
                 f"figures/agentdojo-{suite}.json") for suite in INJECTION_SUITES),
+             ("scripts.checks.bench", "mcp", "--json", "figures/mcp-cost.json"),
+             ("scripts.checks.bench", "frameworks", "--json", "figures/frameworks-bench.json"),
              ("scripts.build.regenerate",), ("scripts.course.exercises",),
              ("scripts.course.grading", "fixtures"), ("scripts.build.readers",))
     for step in steps:

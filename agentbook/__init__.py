@@ -31,6 +31,7 @@ LATER_MODULES = (
     "real_models",
     "run_explorer",
     "untrusted",
+    "protocols",
 )
 
 

@@ -328,7 +328,7 @@ def test_every_public_test_notices_an_unanswered_question_first() -> None:
         assert said, f"{name}: no public test says 'not answered yet'"
 
 
-@pytest.mark.parametrize("topic", ["anatomy", "durable", "untrusted"])
+@pytest.mark.parametrize("topic", ["anatomy", "durable", "untrusted", "protocols"])
 def test_the_student_notebook_links_to_its_chapter_and_never_to_the_solutions(
         topic: str) -> None:
     text = (REPO_ROOT / "exercises" / f"{topic}-exercises.ipynb").read_text(encoding="utf-8")

@@ -74,7 +74,7 @@ STUDENT = REPO_ROOT / "exercises" / "anatomy-exercises.ipynb"
 PUBLIC_TESTS = REPO_ROOT / "exercises" / "tests"
 FIXTURES = REPO_ROOT / FIXTURES_DIR
 # Every assignment, one per chapter with exercises: anatomy-exercises.ipynb is "anatomy".
-ASSIGNMENTS = ("anatomy", "durable", "untrusted")
+ASSIGNMENTS = ("anatomy", "durable", "untrusted", "protocols")
 # Wrong answers that break grading itself: a function that never returns when a test calls it
 # (graded by the class command), and a cell that kills the kernel (by the class command and on
 # Gradescope's layout); never in this process.
@@ -302,7 +302,7 @@ def test_a_wrong_answer_to_no_existing_assignment_or_question_is_an_error(
     entries = yaml.safe_load(wrong.read_text())
     for question, expected in (
             ("anatomyy_q1b", "is for anatomyy_q1b, but no assignment anatomyy; there are: "
-                             "anatomy, durable, untrusted"),
+                             "anatomy, durable, protocols, untrusted"),
             ("anatomy_q9z", "is for anatomy_q9z, but assignment anatomy has no question "
                             "anatomy_q9z")):
         wrong.write_text(yaml.safe_dump([*entries, {**entries[0], "question": question}]))

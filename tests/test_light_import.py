@@ -13,7 +13,8 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("httpx", "matplotlib", "pandas", "numpy", "http.server", "ssl", "opentelemetry",
-         "agentdojo")
+         "agentdojo", "mcp", "jsonschema", "agents", "pydantic_ai", "langgraph",
+         "langchain_core", "pydantic")
 
 
 def fresh(code: str) -> object:

@@ -33,7 +33,8 @@ CASES = ROOT / "tests" / "fixtures" / "live" / "ipython-cases.ipynb"
 SUBMISSIONS = ROOT / "tests" / "fixtures" / "submissions"
 MODEL_ANSWERS = {"01_anatomy": SUBMISSIONS / "correct.ipynb",
                  "02_durable": SUBMISSIONS / "durable" / "correct.ipynb",
-                 "03_untrusted": SUBMISSIONS / "untrusted" / "correct.ipynb"}
+                 "03_untrusted": SUBMISSIONS / "untrusted" / "correct.ipynb",
+                 "04_protocols": SUBMISSIONS / "protocols" / "correct.ipynb"}
 TIMEOUT = 120_000  # ms; Pyodide loads, then the cells run
 
 
@@ -166,7 +167,7 @@ def check_requests(chapter: str, answers: dict[str, str]) -> dict[str, dict[str,
 
 def test_the_questions_the_page_cannot_check_are_marked_with_why() -> None:
     marked = {}
-    for topic in ("anatomy", "durable", "untrusted"):
+    for topic in ("anatomy", "durable", "untrusted", "protocols"):
         notebook = ROOT / "exercises" / f"{topic}-exercises.ipynb"
         steps = live_book.exercise_steps(notebook)
         tests = {step["name"]: (notebook.parent / "tests" / f"{step['name']}.py")
@@ -175,10 +176,15 @@ def test_the_questions_the_page_cannot_check_are_marked_with_why() -> None:
         marked.update({f"{topic} {step['id']}": step["static"] for step in steps
                        if "static" in step})
     spans = "builds OpenTelemetry spans; the page's Python has no OpenTelemetry"
+    framework = "runs an agent framework, which the page's Python does not have"
     assert marked == {"anatomy q6b-code": "draws a figure with matplotlib",
                       "durable ex5-traces": spans, "durable q5a-code": spans,
                       "untrusted q4a-code": "starts a sandboxed Python process, which a "
-                                            "browser cannot"}
+                                            "browser cannot",
+                      "protocols q2a-code": "imports jsonschema, which the page's Python does "
+                                            "not have",
+                      **{f"protocols {cell}": framework
+                         for cell in ("ex3-desk", "q3a-code", "ex4-setup", "q4a-code")}}
     assert live_book.test_imports_lacking(
         "from otter.test_files import test_case\ndef t():\n    import pandas\n") == \
         "builds a table with pandas"
@@ -464,7 +470,8 @@ def test_every_model_answer_passes_in_the_page_or_is_marked(
         assert block.locator("[data-feedback]").get_attribute("data-status") == "pass", feedback
         assert "results: All test cases passed!" in feedback
     assert marked == {"01_anatomy": ["q6b-code"], "02_durable": ["q5a-code"],
-                      "03_untrusted": ["q4a-code"]}[chapter_name]
+                      "03_untrusted": ["q4a-code"],
+                      "04_protocols": ["q2a-code", "q3a-code", "q4a-code"]}[chapter_name]
     if chapter_name != "01_anatomy":
         page.close()
 

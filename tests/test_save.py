@@ -277,6 +277,7 @@ def test_the_hand_written_init_is_never_touched(tmp_path: Path) -> None:
         ("# @save\nLIMIT = 1\nLIMIT += 1", "line 3: an augmented assignment"),
         ("# @save\nimport os\nos.sep = '/'", "line 3: an assignment to an attribute"),
         ("# @save\nfrom os import *", "a star import"),
+        ("# @save\nif __name__ == 'x':\n    pass", "line 2: an if statement"),
     ],
 )
 def test_a_cell_that_is_not_only_definitions_is_a_save_error(
@@ -295,6 +296,37 @@ def test_a_cell_that_is_not_only_definitions_is_a_save_error(
     assert "bad-cell" in message
     assert "code cell 2" in message
     assert problem in message
+
+
+def test_a_main_block_goes_last_and_runs_only_as_a_command(tmp_path: Path) -> None:
+    write_notebook(
+        tmp_path,
+        "01_anatomy.ipynb",
+        new_code_cell('# @save\nimport sys\n\n\ndef main() -> int:\n    return helper()\n\n\n'
+                      'if __name__ == "__main__" and __spec__ is not None:\n'
+                      '    sys.exit(main())', id="command"),
+        new_code_cell("# @save\ndef helper() -> int:\n    return 7", id="later"),
+    )
+    text = build_modules(tmp_path)[ANATOMY]
+    assert text.endswith('# From chapters/01_anatomy.ipynb, cell command\n'
+                         'if __name__ == "__main__" and __spec__ is not None:\n'
+                         '    sys.exit(main())\n')
+    assert text.index("def helper") < text.index("__main__")
+    imported: dict[str, object] = {"__name__": "agentbook.anatomy"}
+    exec(compile(text, str(ANATOMY), "exec"), imported)  # imported: nothing runs
+    exec(compile(text, str(ANATOMY), "exec"), {"__name__": "__main__", "__spec__": None})
+    with pytest.raises(SystemExit) as ran:  # as `python -m` runs it
+        exec(compile(text, str(ANATOMY), "exec"), {"__name__": "__main__", "__spec__": "spec"})
+    assert ran.value.code == 7
+
+
+def test_a_second_main_block_is_a_save_error(tmp_path: Path) -> None:
+    guard = 'if __name__ == "__main__":\n    pass'
+    write_notebook(tmp_path, "01_anatomy.ipynb",
+                   new_code_cell(f"# @save\n{guard}", id="one"),
+                   new_code_cell(f"# @save\n{guard}", id="two"))
+    with pytest.raises(SaveError, match="cell two .*a second main block; chapters/01_anatomy"):
+        build_modules(tmp_path)
 
 
 def test_a_name_saved_twice_in_one_notebook_is_a_save_error(tmp_path: Path) -> None:

@@ -43,12 +43,27 @@ BROWSER_LACKS = {
     "http.server": "serves HTTP, which the page's Python cannot",
     "socket": "opens sockets, which the page's Python cannot",
     "subprocess": "starts another program, which a browser cannot",
+    "agents": "runs the OpenAI Agents SDK, which the page's Python does not have",
+    "pydantic_ai": "runs PydanticAI, which the page's Python does not have",
+    "langgraph": "runs LangGraph, which the page's Python does not have",
+    "langchain_core": "runs LangChain, which the page's Python does not have",
 }
 # agentbook's names that load a library on first use, which the page's Python lacks.
 LOADS_LIBRARY = {name: "builds OpenTelemetry spans; the page's Python has no OpenTelemetry"
                  for name in ("run_spans", "spans_to_otlp_json")}
 LOADS_LIBRARY |= {name: "starts a sandboxed Python process, which a browser cannot"
                   for name in ("sandboxed_python_tool", "run_sandboxed")}
+LOADS_LIBRARY["mcp_tools"] = "starts an MCP server, another process, which a browser cannot"
+# Chapter 4's names that run a framework (each imports it inside), which the page lacks.
+LOADS_LIBRARY |= {name: "runs an agent framework, which the page's Python does not have"
+                  for name in ("run_desk_in", "run_desk_with_rules", "agents_approval_trial",
+                               "pydantic_approval_trial",
+                               "langgraph_approval_trial", "otel_genai_spans", "agents_model",
+                               "agents_tools", "gated_agents_tools", "run_in_agents",
+                               "pydantic_model", "pydantic_tools", "pydantic_gate_tools",
+                               "run_in_pydantic", "langchain_chat_model", "langgraph_tools",
+                               "gated_tool_node", "langgraph_desk", "run_in_langgraph",
+                               "kernel_read")}
 # Cells whose own job has no meaning in the page, by notebook cell id, with the reason.
 NOT_IN_PAGE = {
     "install-agentbook": "installs agentbook on Colab; the page has it already",
@@ -56,6 +71,10 @@ NOT_IN_PAGE = {
     "light-import": "starts a fresh Python process, which a browser cannot",
     "agentdojo-load": "reads the committed AgentDojo results, which the page does not have",
     "agentdojo-table": "sums up the AgentDojo results, which the page does not have",
+    "colab-extras": "installs the MCP SDK and the frameworks on Colab; the page's Python "
+                    "cannot run them",
+    "mcp-cost": "reads the committed benchmark results, which the page does not have",
+    "bench-table": "reads the committed benchmark results, which the page does not have",
 }
 WHEEL_TIME = (1980, 1, 1, 0, 0, 0)  # a fixed date: the same wheel bytes on every render
 # A code cell's div, which Quarto follows with the cell's source block (a diagram's is not).

@@ -5,8 +5,11 @@
 
 A saved cell (first line `# @save`) may hold only imports, definitions and constants, so that
 importing the package does nothing else; its imports are merged at the module's top, and its
-code follows under a comment naming the cell. A cell that breaks this rule, does not parse, or
-saves a name already saved stops the build with a SaveError naming the notebook and the cell.
+code follows under a comment naming the cell. One cell of a notebook may also hold the module's
+`if __name__ == "__main__":` block (`and` more conditions, perhaps), which runs only when the
+module is a command (`python -m agentbook.NAME`); it goes last, after every definition it uses.
+A cell that breaks these rules, does not parse, or saves a name already saved stops the build
+with a SaveError naming the notebook and the cell.
 """
 
 from __future__ import annotations
@@ -66,7 +69,8 @@ class ParsedCell:
     cell: SavedCell
     imports: list[Import]
     names: list[tuple[str, int]]  # each saved name with the cell line that defines it
-    body: str  # the cell without marker and imports; empty when nothing else is left
+    body: str  # the cell without marker, imports and main block; empty when nothing is left
+    main: str = ""  # the cell's `if __name__ == "__main__":` block, if it has one
 
 
 @dataclass
@@ -168,7 +172,23 @@ def parse_cell(cell: SavedCell) -> ParsedCell:
             raise cell.error(f"line {stmt.lineno}: {kind} cannot be saved; "
                              "a saved cell may hold only imports, definitions and constants")
     imports = [stmt for stmt in tree.body if isinstance(stmt, Import)]
-    return ParsedCell(cell, imports, _defined_names(tree), _body_without_imports(cell, tree))
+    mains = [stmt for stmt in tree.body if _is_main_block(stmt)]
+    if len(mains) > 1:
+        raise cell.error(f"line {mains[1].lineno}: a second main block; a module has one")
+    body, main = _body_and_main(cell, tree)
+    return ParsedCell(cell, imports, _defined_names(tree), body, main)
+
+
+def _is_main_block(stmt: ast.stmt) -> bool:
+    """Whether ``stmt`` is `if __name__ == "__main__":` with no else, the command's entry,
+    perhaps with more conditions after an `and` (a notebook runs as "__main__" too)."""
+    test = stmt.test if isinstance(stmt, ast.If) and not stmt.orelse else None
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        test = test.values[0]
+    return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name)
+            and test.left.id == "__name__" and len(test.ops) == 1
+            and isinstance(test.ops[0], ast.Eq)
+            and [getattr(value, "value", None) for value in test.comparators] == ["__main__"])
 
 
 def _disallowed_kind(stmt: ast.stmt) -> str | None:
@@ -178,6 +198,8 @@ def _disallowed_kind(stmt: ast.stmt) -> str | None:
         return "a star import"
     if isinstance(stmt, Import | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
         return None
+    if _is_main_block(stmt):
+        return None  # runs only when the module is run as a command, never on import
     if isinstance(stmt, ast.Expr):
         if isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str):
             return None  # a docstring or a note to the reader
@@ -223,19 +245,28 @@ def _is_overload(func: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
                for d in func.decorator_list)
 
 
-def _body_without_imports(cell: SavedCell, tree: ast.Module) -> str:
-    """The cell's text minus the marker line and the imports, which move to the module's top."""
+def _lines_of(stmt: ast.stmt) -> range:
+    return range(stmt.lineno - 1, stmt.end_lineno or stmt.lineno)
+
+
+def _body_and_main(cell: SavedCell, tree: ast.Module) -> tuple[str, str]:
+    """The cell's text minus the marker line, the imports, which move to the module's top,
+    and its main block, which moves to the end; and that main block's text."""
     lines = re.split(r"\r\n|\r|\n", cell.source)  # the same line breaks the parser counts
+    main_lines = [index for stmt in tree.body if _is_main_block(stmt)
+                  for index in _lines_of(stmt)]
     import_lines = {index for stmt in tree.body if isinstance(stmt, Import)
-                    for index in range(stmt.lineno - 1, stmt.end_lineno or stmt.lineno)}
+                    for index in _lines_of(stmt)}
     for stmt in tree.body:
         shares_a_line = {stmt.lineno - 1, (stmt.end_lineno or stmt.lineno) - 1} & import_lines
         if not isinstance(stmt, Import) and shares_a_line:
             # Lines are removed whole, so code after `import x;` would vanish with the import.
             raise cell.error(f"line {stmt.lineno}: give the import on this line a line of its own")
-    kept = [line for index, line in enumerate(lines) if index > 0 and index not in import_lines]
+    moved = import_lines | set(main_lines)
+    kept = [line for index, line in enumerate(lines) if index > 0 and index not in moved]
     content = [index for index, line in enumerate(kept) if line.strip()]
-    return "\n".join(kept[content[0]:content[-1] + 1]) if content else ""
+    body = "\n".join(kept[content[0]:content[-1] + 1]) if content else ""
+    return body, "\n".join(lines[index] for index in main_lines)
 
 
 def build_modules(root: Path) -> dict[Path, str]:
@@ -266,9 +297,14 @@ def build_module(notebook: Path, root: Path, saved_names: dict[str, str]) -> str
     imports = Imports()
     public: list[str] = []
     blocks: list[str] = []
+    main: list[str] = []  # the one main block, with its origin: it goes last
     cells = list(saved_cells(notebook, root))
     for cell in cells:
         parsed = parse_cell(cell)
+        if parsed.main and main:
+            raise cell.error(f"a second main block; {main[0]} has the module's one")
+        if parsed.main:
+            main = [cell.origin, f"# From {cell.origin}\n{parsed.main}"]
         for stmt in parsed.imports:
             imports.add(stmt)
         for name, line in parsed.names:
@@ -281,7 +317,8 @@ def build_module(notebook: Path, root: Path, saved_names: dict[str, str]) -> str
             blocks.append(f"# From {cell.origin}\n{parsed.body}")
     if not cells:
         return None
-    return render_module(notebook.relative_to(root).as_posix(), imports, public, blocks)
+    return render_module(notebook.relative_to(root).as_posix(), imports, public,
+                         [*blocks, *main[1:]])
 
 
 def render_module(notebook: str, imports: Imports, public: list[str], blocks: list[str]) -> str:

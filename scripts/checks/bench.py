@@ -2,6 +2,8 @@
 
     python -m scripts.checks.bench chapter|tests|commands|import|loop|live|sandbox|provenance
         [--runs N]
+    python -m scripts.checks.bench mcp [--runs N] [--json figures/mcp-cost.json]
+    python -m scripts.checks.bench frameworks [--runs N] [--json figures/frameworks-bench.json]
     python -m scripts.checks.bench grading [--count 200] [--workers N] [--csv FILE]
                                             [--timeout 60] [--test-timeout 10]
     python -m scripts.checks.bench correct --against DIR [--runs 9]
@@ -29,6 +31,12 @@ hostile grades the correct submission, the one that never returns and every host
 the class command and in Gradescope's layout, and says what each scored, how long it took and
 what was left running: each hang should cost only its question, within the limits, a
 tampered submission nothing, and nothing should be left running.
+mcp measures what Chapter 4 reports and has no target: one call over stdio to the desk's MCP
+server against the same call in process, and starting and stopping the server;
+`python3 dev.py book` writes its results into figures/ for the chapter to read. frameworks
+measures what Chapter 4 reports beside the kernel, with no target either: each framework's
+import time (beyond `python -c pass`) and peak memory in fresh interpreters, and the
+distributions its import loads; `python3 dev.py book` writes them into figures/ too.
 Shared machines are noisy: it reports the median and spread, and for commands the processor
 time too, which load inflates less.
 """
@@ -217,6 +225,77 @@ def bench_sandbox(runs: int) -> None:
     print(f"{'sandboxed over bare':44} {ratio:7.2f} times", flush=True)
 
 
+# What Chapter 4 imports of each framework, beside what the kernel needs.
+FRAMEWORK_IMPORTS = {
+    "agentbook (the kernel)": "import agentbook",
+    "OpenAI Agents SDK": "import agents",
+    "PydanticAI": "import pydantic_ai, pydantic_ai.models.function",
+    "LangGraph": "import langgraph.graph, langgraph.prebuilt, "
+                 "langchain_core.language_models.chat_models",
+}
+# A child's own peak resident memory in kilobytes, printed as its last line: Linux's VmHWM,
+# which starts afresh with the new program, where ru_maxrss would keep the peak of the
+# benchmark's own process that forked it; ru_maxrss elsewhere.
+PEAK_MEMORY = """
+import re, resource
+try:
+    with open("/proc/self/status") as status:
+        print(re.search(r"VmHWM:\\s+(\\d+)", status.read()).group(1))
+except OSError:
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+# The distributions whose modules a child has imported, and their installed size in bytes.
+LOADED_DISTRIBUTIONS = """
+import json, sys, importlib.metadata as metadata
+owners = metadata.packages_distributions()
+names = sorted({d for m in list(sys.modules) for d in owners.get(m.split(".")[0], [])})
+size = sum(f.locate().stat().st_size for n in names for f in metadata.distribution(n).files or []
+           if f.locate().is_file())
+print(json.dumps([names, size]))
+"""
+
+
+def peak_and_time(python: str, code: str) -> tuple[float, float]:
+    """Seconds on the clock for a fresh interpreter to run `code`, and its peak memory in MB."""
+    started = time.perf_counter()
+    done = subprocess.run([python, "-c", code + PEAK_MEMORY], cwd=ROOT, capture_output=True,
+                          text=True, check=True)
+    wall = time.perf_counter() - started
+    return wall, int(done.stdout.splitlines()[-1]) / 1024
+
+
+def bench_frameworks(python: str, runs: int, json_path: Path | None) -> None:
+    """Import time and peak memory of each framework beside the kernel's, in fresh
+    interpreters, the cases interleaved; medians, rounded so that a rerun moves them little."""
+    import platform
+
+    cases = {"python -c pass": "pass", **FRAMEWORK_IMPORTS}
+    for code in cases.values():  # warm up: bytecode caches written, files in memory
+        interpreter_time(python, code, write_bytecode=True)
+    samples: dict[str, list[tuple[float, float]]] = {label: [] for label in cases}
+    for _ in range(runs):
+        for label, code in cases.items():
+            samples[label].append(peak_and_time(python, code))
+    baseline = statistics.median(wall for wall, _ in samples["python -c pass"])
+    results = [{"name": "python -c pass", "code": "pass", "import_ms": 0,
+                "peak_mb": round(statistics.median(p for _, p in samples["python -c pass"])),
+                "distributions": 0, "installed_mb": 0, "loaded": []}]
+    for label, code in FRAMEWORK_IMPORTS.items():
+        wall = statistics.median(w for w, _ in samples[label]) - baseline
+        peak = statistics.median(p for _, p in samples[label])
+        loaded = subprocess.run([python, "-c", code + LOADED_DISTRIBUTIONS], cwd=ROOT,
+                                capture_output=True, text=True, check=True)
+        names, size = json.loads(loaded.stdout.splitlines()[-1])
+        results.append({"name": label, "code": code, "import_ms": round(wall * 100) * 10,
+                        "peak_mb": round(peak), "distributions": len(names),
+                        "installed_mb": round(size / 2**20), "loaded": names})
+        print(f"{label:28} import {wall * 1000:7.0f} ms  peak {peak:5.0f} MB  "
+              f"{len(names):3} distributions, {size / 2**20:5.0f} MB installed", flush=True)
+    if json_path is not None:
+        document = {"python": platform.python_version(), "runs": runs, "results": results}
+        json_path.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+
+
 def bare_loop(task: str, model: Any, tools: dict[str, Any], gate: Any,
               max_turns: int) -> list[dict[str, Any]]:
     """The seed's loop as one plain function: propose, validate, gate, execute, observe,
@@ -323,6 +402,52 @@ def bench_loop(runs: int) -> None:
               f"{agent / plain:5.2f}x {agent / case.turns * 1e6:16.1f} us", flush=True)
     print("target: run_agent at most 1.3x the bare loop at every length, its cost per turn "
           "flat", flush=True)
+
+
+def bench_mcp(runs: int, json_path: Path | None, calls: int = 200) -> None:
+    """One lookup_order call through execute_call, on the local desk and on the desk served
+    over stdio by `python -m agentbook.protocols serve`, `calls` calls a sample by the clock
+    (the server is another process), alternating; and the server's start (connecting and
+    listing its tools) and stop, once a sample. Medians of `runs` samples."""
+    import importlib.metadata
+    import platform
+
+    from agentbook import ToolCall, execute_call, make_environment, mcp_tools, refund_gate
+
+    call = ToolCall("b1", "lookup_order", {"order_id": "A-17"})
+    command = [sys.executable, "-m", "agentbook.protocols", "serve"]
+
+    def per_call(tools: dict[str, Any]) -> float:
+        start = time.perf_counter()
+        for _ in range(calls):
+            execute_call(call, tools, refund_gate)
+        return (time.perf_counter() - start) / calls
+
+    local, served, starts, stops = [], [], [], []
+    for _ in range(runs):
+        start = time.perf_counter()
+        with mcp_tools(command) as tools:
+            starts.append(time.perf_counter() - start)
+            served.append(per_call(tools))
+            local.append(per_call(make_environment()[0]))
+            stop = time.perf_counter()
+        stops.append(time.perf_counter() - stop)
+    report("one call, in process", local, "us", 1e6)
+    report("one call, over stdio", served, "us", 1e6)
+    report("starting the server and listing its tools", starts)
+    report("stopping it", stops)
+    if json_path is not None:
+        results = {
+            "command": "python -m scripts.checks.bench mcp", "runs": runs, "calls": calls,
+            "python": platform.python_version(), "mcp": importlib.metadata.version("mcp"),
+            "cores": os.cpu_count(),
+            # Rounded: the file is committed, and noise below these digits means nothing.
+            "in_process_us": round(statistics.median(local) * 1e6, 1),
+            "stdio_us": round(statistics.median(served) * 1e6),
+            "start_s": round(statistics.median(starts), 2),
+            "stop_s": round(statistics.median(stops), 2)}
+        json_path.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {json_path}")
 
 
 # --- The live book in the browser --------------------------------------------------------------
@@ -715,7 +840,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=["chapter", "tests", "commands", "import", "loop", "live",
                                          "grading", "sandbox", "provenance", "correct",
-                                         "hostile"])
+                                         "hostile", "mcp", "frameworks"])
     parser.add_argument("--runs", type=int, help="samples to take the median of (default: "
                         "3 for commands, 5 for chapter and tests, 21 for import, loop "
                         "and sandbox)")
@@ -724,6 +849,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="for live: the rendered book to serve")
     parser.add_argument("--installer", choices=["uv", "pip"], default="uv",
                         help="for commands: set up with uv (as dev.py does) or pip alone")
+    parser.add_argument("--json", type=Path, help="for mcp and frameworks: also write the "
+                        "medians here, for Chapter 4 to read")
     parser.add_argument("--count", type=int, default=200, help="for grading: class size")
     parser.add_argument("--against", type=Path,
                         help="for correct: another checkout of the book, its .venv set up")
@@ -735,7 +862,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="for grading: each test's limit, as `grading class --test-timeout`")
     args = parser.parse_args(argv)
     default_runs = {"commands": 3, "import": 21, "sandbox": 21, "loop": 21,
-                    "provenance": 21, "correct": 9}.get(args.what, 5)
+                    "provenance": 21, "correct": 9, "frameworks": 7}.get(args.what, 5)
     runs = args.runs if args.runs is not None else default_runs
     if min(runs, args.count, args.workers) < 1:
         parser.error("--runs, --count and --workers must be at least 1")
@@ -746,12 +873,14 @@ def main(argv: list[str] | None = None) -> int:
         "import": lambda: bench_import(sys.executable, runs),
         "loop": lambda: bench_loop(runs),
         "sandbox": lambda: bench_sandbox(runs),
+        "frameworks": lambda: bench_frameworks(sys.executable, runs, args.json),
         "live": lambda: bench_live(args.book, runs),
         "grading": lambda: bench_grading(args.count, args.workers, args.csv, args.timeout,
                                          args.test_timeout),
         "provenance": lambda: bench_provenance(runs),
         "correct": lambda: bench_correct(args.against, runs),
         "hostile": lambda: bench_hostile(args.timeout, args.test_timeout, args.workers),
+        "mcp": lambda: bench_mcp(runs, args.json),
     }
     benches[args.what]()
     return 0

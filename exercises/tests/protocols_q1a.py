@@ -1,0 +1,93 @@
+from otter.test_files import test_case
+
+# Every test below runs within a time limit: the exercises' build adds these
+# lines to every test file (scripts/course/time_limit.py says why).
+def _limit_every_test(default_seconds: float = 10, variable: str = "") -> None:
+    """Run every otter test within a time limit, so that a function that never returns
+    costs only the tests that call it; the failure names the question, the call and the
+    limit. Where there is no SIGALRM (Windows) tests run without one."""
+    import os
+    import signal
+    import threading
+
+    try:
+        from otter.test_files.exception_test import test_case as case_type
+    except ImportError:  # the page's stand-in for otter, which stops a check itself
+        return
+    if getattr(case_type.call_func, "time_limited", False) or not hasattr(signal, "setitimer"):
+        return
+
+    class TestTimedOut(BaseException):
+        """Not an Exception, so that a student's `except Exception:` cannot swallow it."""
+
+    def what_ran(frame, test):
+        callee = None
+        while frame is not None and frame.f_code is not getattr(test, "__code__", None):
+            callee, frame = frame, frame.f_back
+        if frame is None or callee is None:
+            return "the test itself"
+        return f"calling {getattr(callee.f_code, 'co_qualname', callee.f_code.co_name)}()"
+
+    def call_func(self, global_environment):
+        test = self.test_func
+        arguments = {name: global_environment if name == "env" else global_environment.get(name)
+                     for name in self._get_func_params()}
+        if threading.current_thread() is not threading.main_thread():
+            test(**arguments)  # signals reach only the main thread
+            return
+        seconds = float(os.environ.get(variable) or default_seconds)
+
+        def stop(signum, frame):
+            if frame is not None and frame.f_code is not call_func.__code__:
+                question = getattr(test, "__globals__", {}).get("name", "?")
+                raise TestTimedOut(f"{question}: {what_ran(frame, test)} did not finish "
+                                   f"within {seconds:g} s (test {test.__name__})")
+
+        previous = signal.signal(signal.SIGALRM, stop)
+        # Again every half second, in case the student's code catches the first one.
+        signal.setitimer(signal.ITIMER_REAL, seconds, 0.5)
+        try:
+            test(**arguments)
+        except TestTimedOut as timed_out:
+            # Raised from the test's frame, as otter expects, to quote the test's line.
+            raise TimeoutError(str(timed_out)).with_traceback(
+                timed_out.__traceback__.tb_next) from None
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
+    call_func.time_limited = True
+    case_type.call_func = call_func
+
+
+_limit_every_test(10, "AGENTBOOK_TEST_TIME_LIMIT")
+
+OK_FORMAT = False
+
+name = "protocols_q1a"
+points = 2
+
+@test_case(points=None, hidden=False)
+def test_q1a_one_pin_per_tool(pin_listing, CARRIER_LISTING):
+    """A pin per tool, each 64 hexadecimal digits, the same every time."""
+    import copy
+    pins = pin_listing(copy.deepcopy(CARRIER_LISTING))
+    assert pins is not None, 'not answered yet: pin_listing returns None'
+    assert sorted(pins) == ['book_pickup', 'track_parcel'], f'expected a pin for each tool, by name; found {sorted(pins)}'
+    malformed = [pin for pin in pins.values() if not isinstance(pin, str) or len(pin) != 64 or (not set(pin) <= set('0123456789abcdef'))]
+    assert malformed == [], f'expected 64 lowercase hexadecimal digits each; found {pins}'
+    assert pin_listing(copy.deepcopy(CARRIER_LISTING)) == pins, 'expected the same pins for the same listing'
+
+@test_case(points=None, hidden=False)
+def test_q1a_order_changes_no_pin(pin_listing, CARRIER_LISTING):
+    """The tools listed backwards, and every object's keys in reverse order."""
+
+    def reversed_keys(value):
+        if isinstance(value, dict):
+            return {key: reversed_keys(value[key]) for key in reversed(list(value))}
+        return [reversed_keys(item) for item in value] if isinstance(value, list) else value
+    pins = pin_listing(CARRIER_LISTING)
+    assert pins is not None, 'not answered yet: pin_listing returns None'
+    again = pin_listing(reversed_keys(list(reversed(CARRIER_LISTING))))
+    assert again == pins, f'expected the same pins when the tools, or the keys of an object, come in another order; found {again} against {pins}'
+

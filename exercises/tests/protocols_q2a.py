@@ -1,0 +1,106 @@
+from otter.test_files import test_case
+
+# Every test below runs within a time limit: the exercises' build adds these
+# lines to every test file (scripts/course/time_limit.py says why).
+def _limit_every_test(default_seconds: float = 10, variable: str = "") -> None:
+    """Run every otter test within a time limit, so that a function that never returns
+    costs only the tests that call it; the failure names the question, the call and the
+    limit. Where there is no SIGALRM (Windows) tests run without one."""
+    import os
+    import signal
+    import threading
+
+    try:
+        from otter.test_files.exception_test import test_case as case_type
+    except ImportError:  # the page's stand-in for otter, which stops a check itself
+        return
+    if getattr(case_type.call_func, "time_limited", False) or not hasattr(signal, "setitimer"):
+        return
+
+    class TestTimedOut(BaseException):
+        """Not an Exception, so that a student's `except Exception:` cannot swallow it."""
+
+    def what_ran(frame, test):
+        callee = None
+        while frame is not None and frame.f_code is not getattr(test, "__code__", None):
+            callee, frame = frame, frame.f_back
+        if frame is None or callee is None:
+            return "the test itself"
+        return f"calling {getattr(callee.f_code, 'co_qualname', callee.f_code.co_name)}()"
+
+    def call_func(self, global_environment):
+        test = self.test_func
+        arguments = {name: global_environment if name == "env" else global_environment.get(name)
+                     for name in self._get_func_params()}
+        if threading.current_thread() is not threading.main_thread():
+            test(**arguments)  # signals reach only the main thread
+            return
+        seconds = float(os.environ.get(variable) or default_seconds)
+
+        def stop(signum, frame):
+            if frame is not None and frame.f_code is not call_func.__code__:
+                question = getattr(test, "__globals__", {}).get("name", "?")
+                raise TestTimedOut(f"{question}: {what_ran(frame, test)} did not finish "
+                                   f"within {seconds:g} s (test {test.__name__})")
+
+        previous = signal.signal(signal.SIGALRM, stop)
+        # Again every half second, in case the student's code catches the first one.
+        signal.setitimer(signal.ITIMER_REAL, seconds, 0.5)
+        try:
+            test(**arguments)
+        except TestTimedOut as timed_out:
+            # Raised from the test's frame, as otter expects, to quote the test's line.
+            raise TimeoutError(str(timed_out)).with_traceback(
+                timed_out.__traceback__.tb_next) from None
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
+    call_func.time_limited = True
+    case_type.call_func = call_func
+
+
+_limit_every_test(10, "AGENTBOOK_TEST_TIME_LIMIT")
+
+OK_FORMAT = False
+
+name = "protocols_q2a"
+points = 2
+
+@test_case(points=None, hidden=False)
+def test_q2a_the_gate_refuses_a_direct_call(gated, served_desk):
+    """A 999,999-cent refund, called straight at the handler, never reaches the desk."""
+    from agentbook import refund_gate
+    tools, effects = served_desk()
+    guarded = gated(tools, refund_gate)
+    assert guarded is not None, 'not answered yet: gated returns None'
+    try:
+        guarded['refund_order'].handler(order_id='A-17', amount_cents=999999)
+        said = None
+    except ValueError as refusal:
+        said = str(refusal)
+    assert said is not None, 'expected a ValueError for a refund the gate denies'
+    assert 'refund exceeds automatic authority of 5000 cents' in said, f"expected the gate's reason in the refusal; found {said!r}"
+    assert effects == [], f'expected no refund in the effect log; found {effects}'
+    lookup = guarded['lookup_order'].handler(order_id='A-17')
+    assert lookup == {'order_id': 'A-17', 'status': 'damaged', 'paid_cents': 4999}, f'expected lookup_order to return the order; found {lookup!r}'
+
+@test_case(points=None, hidden=False)
+def test_q2a_the_servers_schema_refuses_a_direct_call(gated, served_desk, REFUND_SCHEMA):
+    """A refund the gate would allow, to an order the server's inputSchema does not."""
+    import jsonschema
+    from agentbook import refund_gate
+    tools, effects = served_desk()
+    guarded = gated(tools, refund_gate)
+    assert guarded is not None, 'not answered yet: gated returns None'
+    arguments = {'order_id': 'B-22', 'amount_cents': 100}
+    reason = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(REFUND_SCHEMA).iter_errors(arguments)).message
+    try:
+        guarded['refund_order'].handler(**arguments)
+        said = None
+    except ValueError as refusal:
+        said = str(refusal)
+    assert said is not None, 'expected a ValueError for arguments the inputSchema refuses'
+    assert reason in said, f"expected the schema's reason, {reason!r}; found {said!r}"
+    assert effects == [], f'expected no refund in the effect log; found {effects}'
+

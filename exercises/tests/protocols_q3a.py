@@ -1,0 +1,86 @@
+from otter.test_files import test_case
+
+# Every test below runs within a time limit: the exercises' build adds these
+# lines to every test file (scripts/course/time_limit.py says why).
+def _limit_every_test(default_seconds: float = 10, variable: str = "") -> None:
+    """Run every otter test within a time limit, so that a function that never returns
+    costs only the tests that call it; the failure names the question, the call and the
+    limit. Where there is no SIGALRM (Windows) tests run without one."""
+    import os
+    import signal
+    import threading
+
+    try:
+        from otter.test_files.exception_test import test_case as case_type
+    except ImportError:  # the page's stand-in for otter, which stops a check itself
+        return
+    if getattr(case_type.call_func, "time_limited", False) or not hasattr(signal, "setitimer"):
+        return
+
+    class TestTimedOut(BaseException):
+        """Not an Exception, so that a student's `except Exception:` cannot swallow it."""
+
+    def what_ran(frame, test):
+        callee = None
+        while frame is not None and frame.f_code is not getattr(test, "__code__", None):
+            callee, frame = frame, frame.f_back
+        if frame is None or callee is None:
+            return "the test itself"
+        return f"calling {getattr(callee.f_code, 'co_qualname', callee.f_code.co_name)}()"
+
+    def call_func(self, global_environment):
+        test = self.test_func
+        arguments = {name: global_environment if name == "env" else global_environment.get(name)
+                     for name in self._get_func_params()}
+        if threading.current_thread() is not threading.main_thread():
+            test(**arguments)  # signals reach only the main thread
+            return
+        seconds = float(os.environ.get(variable) or default_seconds)
+
+        def stop(signum, frame):
+            if frame is not None and frame.f_code is not call_func.__code__:
+                question = getattr(test, "__globals__", {}).get("name", "?")
+                raise TestTimedOut(f"{question}: {what_ran(frame, test)} did not finish "
+                                   f"within {seconds:g} s (test {test.__name__})")
+
+        previous = signal.signal(signal.SIGALRM, stop)
+        # Again every half second, in case the student's code catches the first one.
+        signal.setitimer(signal.ITIMER_REAL, seconds, 0.5)
+        try:
+            test(**arguments)
+        except TestTimedOut as timed_out:
+            # Raised from the test's frame, as otter expects, to quote the test's line.
+            raise TimeoutError(str(timed_out)).with_traceback(
+                timed_out.__traceback__.tb_next) from None
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
+    call_func.time_limited = True
+    case_type.call_func = call_func
+
+
+_limit_every_test(10, "AGENTBOOK_TEST_TIME_LIMIT")
+
+OK_FORMAT = False
+
+name = "protocols_q3a"
+points = 3
+
+@test_case(points=None, hidden=False)
+def test_q3a_the_over_reaching_model_refunds_what_was_paid(validate_first, run_with_hook):
+    """The 9,999 cents are refused, the model reads the denial, and 4,999 are paid once."""
+    from agentbook import make_environment, overreaching_model, refund_gate
+    assert validate_first is not ..., 'not answered yet: write validate_first'
+    assert validate_first(make_environment()[0], refund_gate) is not None, 'not answered yet: validate_first returns None'
+    run = run_with_hook(overreaching_model(), validate_first)
+    assert run.effects == [{'order_id': 'A-17', 'refunded_cents': 4999}], f'expected one refund of 4999 cents after the denial; found {run.effects}'
+
+@test_case(points=None, hidden=False)
+def test_q3a_a_boolean_amount_moves_no_money(validate_first, run_with_hook, one_call):
+    """true is not a number of cents: the call is refused before pydantic turns it into 1."""
+    from agentbook import make_environment, refund_gate
+    assert validate_first(make_environment()[0], refund_gate) is not None, 'not answered yet: validate_first returns None'
+    run = run_with_hook(one_call('{"order_id": "A-17", "amount_cents": true}'), validate_first)
+    assert run.effects == [], f'expected no refund for an amount of true cents; found {run.effects}'
+
