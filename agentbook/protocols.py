@@ -1656,15 +1656,14 @@ def gated_tool_node(settle: Settle, ask: AskFor | None = None,
                 *(read(entry, True) for entry in message.invalid_tool_calls)]
 
     def node(state: dict[str, Any]) -> dict[str, Any]:
-        calls = calls_of(state["messages"][-1])
-        answers = {call.call_id: interrupt({"tool": call.name,
-                                            "arguments": call.arguments})
-                   for call in calls if ask is not None and ask(call)}
+        calls = calls_of(state["messages"][-1])  # by position: ids repeat
+        said = [interrupt({"tool": call.name, "arguments": call.arguments})
+                if ask is not None and ask(call) else "approve" for call in calls]
         return {"messages": [ToolMessage(_answer(
-            settle(call) if answers.get(call.call_id, "approve") == "approve"
-            else Observation(call.call_id, False, "denied",
-                             f"a person said: {answers[call.call_id]}")),
-            tool_call_id=call.call_id) for call in calls]}
+            settle(call) if answer == "approve" else Observation(
+                call.call_id, False, "denied", f"a person said: {answer}")),
+            tool_call_id=call.call_id)
+            for call, answer in zip(calls, said, strict=True)]}
 
     def route(state: dict[str, Any]) -> str:
         return "tools" if calls_of(state["messages"][-1]) else END

@@ -729,3 +729,28 @@ def test_with_the_kernels_rules_a_call_after_the_stop_is_skipped_not_paid(framew
     assert kernel.ending == run.ending == "no_progress"
     assert refunds(kernel.effects) == refunds(run.effects) == []
     assert calls_answered(run)
+
+
+def test_a_persons_answers_bind_to_each_held_call_when_two_share_an_id() -> None:
+    """One message, two held refunds under one id: the person rejects the first and approves
+    the second. Answers are matched by position, as the kernel answers calls whose ids repeat,
+    so only the approved refund is paid; keyed by id, the second answer decided both."""
+    from langgraph.types import Command
+
+    from agentbook import allow_all, gated_tool_node, kernel_read, langgraph_desk
+    from agentbook.protocols import _policy_asks
+
+    twice = message_of(19999, 7999)
+    for entry in twice["tool_calls"]:
+        entry["id"] = "X"
+    tools, effects = make_environment()
+    node, route = gated_tool_node(kernel_settle(tools, allow_all), _policy_asks(tools))
+    log = PromptLog(ScriptedModel(turns=[twice, answer_message("done")]))
+    graph = langgraph_desk(log, node, route, read=kernel_read)
+    config = {"configurable": {"thread_id": "desk"}}
+    graph.invoke({"messages": [{"role": "user", "content": "refund"}]}, config)
+    shown = [pause.value["arguments"]["amount_cents"]
+             for pause in graph.get_state(config).interrupts]
+    graph.invoke(Command(resume="no: too much"), config)
+    graph.invoke(Command(resume="approve"), config)
+    assert shown == [19999] and refunds(effects) == [7999]
