@@ -1002,6 +1002,18 @@ def _call_from_text(call_id: str, name: str, arguments: Any,
         "function": {"name": name, "arguments": text}}]})[0]
 
 
+def _decoded_as_text(arguments: Any) -> Any:
+    """Arguments a provider sends decoded (Google's, Bedrock's) as canonical
+    JSON for the kernel's parser; anything else, or what JSON cannot
+    write, as it came, for the parser to refuse."""
+    if not isinstance(arguments, dict):
+        return arguments
+    try:
+        return _canonical_json(arguments).decode("ascii")
+    except (TypeError, ValueError, RecursionError):
+        return arguments
+
+
 def _answer(observation: Observation) -> str:
     """The tool message's text the kernel would send for an observation."""
     return str(_tool_message(observation)["content"])
@@ -1599,7 +1611,8 @@ def pydantic_gate_tools(tools: dict[str, ToolSpec], settle: Settle,
     the capability they need: (tools, capabilities).
 
     A ``before_tool_validate`` hook hands each tool the arguments as the
-    model wrote them, so the kernel's parser reads them; then
+    model wrote them (an object some providers send decoded, as canonical
+    JSON), so the kernel's parser reads them; then
     ``settle`` validates, gates and runs the call, and the model reads the
     kernel's tool message. A call ``ask`` holds is deferred until approved.
     """
@@ -1615,7 +1628,8 @@ def pydantic_gate_tools(tools: dict[str, ToolSpec], settle: Settle,
 
     def settled(name: str) -> Callable[..., str]:
         def invoke(ctx: Any, arguments: Any) -> str:
-            call = _call_from_text(ctx.tool_call_id, name, arguments, True)
+            call = _call_from_text(ctx.tool_call_id, name,
+                                   _decoded_as_text(arguments), True)
             if ask is not None and not ctx.tool_call_approved and ask(call):
                 raise ApprovalRequired
             return _answer(settle(call))

@@ -754,3 +754,32 @@ def test_a_persons_answers_bind_to_each_held_call_when_two_share_an_id() -> None
     graph.invoke(Command(resume="no: too much"), config)
     graph.invoke(Command(resume="approve"), config)
     assert shown == [19999] and refunds(effects) == [7999]
+
+
+@pytest.mark.parametrize("arguments", ['{"order_id": "A-17", "amount_cents": 4999}',
+                                       {"order_id": "A-17", "amount_cents": 4999},
+                                       {"order_id": "A-17", "amount_cents": 999999}])
+def test_pydantic_ais_gated_tools_read_arguments_a_provider_sends_decoded(
+        arguments: str | dict[str, Any]) -> None:
+    """Google's and Bedrock's models send arguments as an object, not text: the gated tools
+    write it as canonical JSON for the kernel's parser, so the gate judges it like any call."""
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
+
+    from agentbook import pydantic_gate_tools
+
+    tools, effects = make_environment()
+    made, hooks = pydantic_gate_tools(tools, kernel_settle(tools, refund_gate))
+
+    def reply(messages: list[Any], info: Any) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("refund_order", arguments, "c1")])
+        return ModelResponse(parts=[TextPart("done")])
+
+    result = Agent(FunctionModel(reply), tools=made, capabilities=hooks).run_sync(TASK)
+    said = [json.loads(part.content) for message in result.all_messages()
+            for part in message.parts if part.part_kind == "tool-return"]
+    cents = (arguments if isinstance(arguments, dict) else json.loads(arguments))["amount_cents"]
+    assert refunds(effects) == ([] if cents > 5000 else [cents])
+    assert [entry["kind"] for entry in said] == ["denied" if cents > 5000 else "result"]
