@@ -897,6 +897,7 @@ def pydantic_model(log: PromptLog) -> Any:
     it is sent, in the same units as the kernel's ``Limits``.
     """
     from pydantic_ai._instrumentation import get_instructions
+    from pydantic_ai.exceptions import UnexpectedModelBehavior
     from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
     from pydantic_ai.models.function import AgentInfo, FunctionModel
     from pydantic_ai.usage import RequestUsage
@@ -905,11 +906,15 @@ def pydantic_model(log: PromptLog) -> Any:
         answer = log.chat(_pydantic_wire(messages, info.instructions))
         parts: list[Any] = [TextPart(answer["content"])] if answer.get(
             "content") else []
-        parts += [ToolCallPart(entry["function"]["name"],
-                               entry["function"]["arguments"],
-                               tool_call_id=entry["id"])
-                  for entry in answer.get("tool_calls") or []]
+        parts += [call_part(entry) for entry in answer.get("tool_calls") or []]
         return ModelResponse(parts=parts)
+
+    def call_part(entry: dict[str, Any]) -> Any:
+        arguments = entry["function"]["arguments"]
+        if not isinstance(arguments, str):  # as any OpenAI-style provider
+            raise UnexpectedModelBehavior("arguments must be text")
+        return ToolCallPart(entry["function"]["name"], arguments,
+                            tool_call_id=entry["id"])
 
     class CountingModel(FunctionModel):
         async def count_tokens(self, messages: list[Any], settings: Any,
@@ -1805,17 +1810,28 @@ def otel_genai_spans(action: Callable[[], Any]) -> list[str]:
 
 
 # From chapters/04_protocols.ipynb, cell settle-approved
+def _keyed(tools: dict[str, ToolSpec]) -> dict[str, ToolSpec]:
+    """``tools``, if each effectful one takes an idempotency key; else a
+    ValueError. Without a key nothing can tell a step run again from a new
+    one, so no ledger can pay it once; a served tool takes none, as MCP's
+    calls carry no key."""
+    for name, spec in tools.items():
+        if spec.effectful and not _takes_key(spec):
+            raise ValueError(f"tool {name} takes no idempotency key, so the "
+                             "ledger cannot pay its effects once")
+    return tools
+
+
 def settle_approved(ledger: "ApprovalLedger", call: ToolCall) -> Observation:
     """Validate ``call``, apply the ledger's policy, and pay every effect
-    under a key made from its digest, on Chapter 2's keyed desk:
+    under a key made from its digest (run, call id, name, arguments):
     ``approval/<digest>`` for a call a person approved, ``automatic/<digest>``
-    for one the policy allows. A step a framework runs again (two resumes
-    of one pause, a replay from an older checkpoint) sends the same key and
-    is paid once; so are two calls of a run under one id and arguments,
-    which a served model, naming every call afresh, does not make. A held
-    call runs only if its digest, as it stands now, was approved, and only
-    on a tool that takes a key, since otherwise its approval could be spent
-    twice."""
+    for one the policy allows. The same call run again (two resumes of one
+    pause, a replay from the checkpoint before the tool step) sends the same
+    key and is paid once, as are two calls under one id and arguments; a
+    replay from before the model step, whose new reply names its calls
+    afresh, is a new call and is paid again. A held call runs only if its
+    digest, as it stands now, was approved."""
     problem = validate_call(call, ledger.tools)
     if problem is not None:
         return Observation(call.call_id, False, "invalid", problem)
@@ -1837,14 +1853,11 @@ def settle_approved(ledger: "ApprovalLedger", call: ToolCall) -> Observation:
 # From chapters/04_protocols.ipynb, cell approval-ledger
 @dataclass
 class ApprovalLedger:
-    """Chapter 2's binding of an approval to its call, kept beside a framework.
-
-    The framework pauses and resumes by its own means; the ledger lives
-    outside the state it saves (in a service, a table beside the
-    framework's store). ``asks`` files a request for each call held for a
-    person, as the call stands, once per digest; ``approve`` takes the
-    person's yes for the request they were shown; ``settle`` (next cell)
-    runs a held call only if the digest of its arguments was approved.
+    """Chapter 2's binding of an approval to its call, kept outside the
+    state a framework saves (in a service, a table beside its store).
+    ``asks`` files a request per digest of a held call; ``approve`` takes a
+    person's yes for the request shown; ``settle`` runs a held call only if
+    its digest was approved. Its tools must take keys (``_keyed``).
     """
 
     run_id: str
@@ -1852,6 +1865,9 @@ class ApprovalLedger:
     policy: ApprovalPolicy = field(default_factory=ApprovalPolicy)
     requests: list[ApprovalRequest] = field(default_factory=list)
     approved: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        _keyed(self.tools)
 
     def digest(self, call: ToolCall) -> str:
         return call_digest(self.run_id, call.call_id, call.name,
