@@ -40,7 +40,7 @@ from agentbook.anatomy import (
     estimate_tokens,
     validate_call,
 )
-from agentbook.untrusted import ObedientModel, ProvenanceRecord, _obedient_message
+from agentbook.untrusted import ObedientModel, ProvenanceRecord, _canonical, _obedient_message
 import copy
 from collections import Counter
 from agentbook.durable import ApprovalPolicy, ApprovalRequest, _takes_key, call_digest
@@ -196,6 +196,18 @@ SCALAR_TYPES = {"string": str, "integer": int, "number": float,
                 "boolean": bool}  # JSON_TYPE_NAMES, read the other way
 
 
+def _read_alike(name: str) -> str:
+    """``name`` as a reader might take it, for comparing only: Chapter 3's
+    look-alike folding, case and separators ignored, and I, |, 1 read as
+    l, 0 as o, rn as m, cl as d, vv as w (Unicode's TR39 skeletons)."""
+    ascii_alikes = str.maketrans("I|10", "lllo")
+    plain = _canonical(name.translate(ascii_alikes)).translate(ascii_alikes)
+    plain = re.sub(r"[-_.]", "", plain)
+    for pair, letter in (("rn", "m"), ("cl", "d"), ("vv", "w")):
+        plain = plain.replace(pair, letter)
+    return plain
+
+
 def _validator(schema: Any) -> Any:
     """jsonschema's validator for the draft ``schema`` names (2020-12, as MCP
     says, when it names none), or None for a draft jsonschema lacks."""
@@ -227,6 +239,10 @@ def contract_from(name: str, schema: dict[str, Any]) -> dict[str, type]:
     properties = schema.get("properties", {})
     if schema.get("type") != "object" or not isinstance(properties, dict):
         raise ValueError(f"tool {name}: inputSchema must describe an object")
+    unstated = [arg for arg in schema.get("required", [])
+                if arg not in properties]
+    if unstated:
+        raise ValueError(f"tool {name}: required {unstated} has no property")
     contract = {}
     for arg, rule in properties.items():
         kind = rule.get("type") if isinstance(rule, dict) else None
@@ -287,7 +303,9 @@ def result_content(result: Any) -> Any:
 
     One text block holding JSON gives the value it encodes, unless that
     nests deeper than any message needs; other text stays text, and a
-    block of another kind (an image, a resource) is named, not read.
+    block of another kind (an image, a resource) is named, not read. A
+    ``resultType`` (a task, input still required) the SDK pinned here drops,
+    so such a result reads as complete, by whatever content it carries.
     """
     parts = [block.text if block.type == "text"
              else f"({block.type} content, not read)"
@@ -323,15 +341,19 @@ def served_tools(listing: list[Any], call: Send) -> dict[str, ToolSpec]:
     """The kernel's tools for a server's listing of ``mcp.types.Tool``.
 
     Each counts as effectful, whatever the server says of it. A name MCP
-    does not allow, a name listed twice, or a schema a contract cannot
-    state is a ValueError naming the tool.
+    does not allow, a name listed twice or read like another listed
+    (``_read_alike``), or a schema a contract cannot state is a ValueError.
     """
     tools: dict[str, ToolSpec] = {}
+    alike: dict[str, str] = {}
     for tool in listing:
         if not re.fullmatch(TOOL_NAME, tool.name):
             raise ValueError(f"tool {ascii(tool.name)}: not a name MCP allows")
-        if tool.name in tools:
-            raise ValueError(f"tool {tool.name}: listed twice")
+        first = alike.setdefault(_read_alike(tool.name), tool.name)
+        if tool.name in tools or first != tool.name:
+            raise ValueError(f"tool {tool.name}: listed twice" if first ==
+                             tool.name else f"tool {tool.name} reads like "
+                             f"{first}; rename one")
         schema = tool.input_schema
         tools[tool.name] = MCPTool(
             tool.description or "", contract_from(tool.name, schema),
@@ -673,16 +695,11 @@ class DeclarationsReader:
 
 
 # From chapters/04_protocols.ipynb, cell combine-tools
-def _read_alike(name: str) -> str:
-    """``name`` as a reader might take it: case and separators ignored."""
-    return re.sub(r"[-_.]", "", name.casefold())
-
-
 def combine_tools(*registries: dict[str, ToolSpec]) -> dict[str, ToolSpec]:
     """One registry from several. A name offered twice, or one that reads
-    like another but for case and separators (``refund-order`` beside
-    ``refund_order``), is a ValueError: no server's tool silently takes
-    the place of one you had, or passes for it."""
+    like another (``_read_alike``: ``refund-order`` or ``refund_orcler``
+    beside ``refund_order``), is a ValueError: no server's tool silently
+    takes the place of one you had, or passes for it."""
     combined: dict[str, ToolSpec] = {}
     alike: dict[str, str] = {}
     for registry in registries:
@@ -1677,7 +1694,8 @@ def gated_tool_node(settle: Settle, ask: AskFor | None = None,
     def node(state: dict[str, Any]) -> dict[str, Any]:
         calls = calls_of(state["messages"][-1])  # by position: ids repeat
         said = [interrupt({"tool": call.name, "arguments": call.arguments})
-                if ask is not None and ask(call) else "approve" for call in calls]
+                if ask is not None and ask(call) else "approve"
+                for call in calls]
         return {"messages": [ToolMessage(_answer(
             settle(call) if answer == "approve" else Observation(
                 call.call_id, False, "denied", f"a person said: {answer}")),

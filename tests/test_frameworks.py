@@ -800,9 +800,10 @@ def test_a_langgraph_replay_pays_once_from_the_tool_step_and_again_from_the_mode
     from agentbook.protocols import run_in_langgraph
 
     def refund(call_id: str) -> dict[str, Any]:
-        return tool_call_message(call_id, "refund_order", {"order_id": "A-17", "amount_cents": 3000})
+        return tool_call_message(call_id, "refund_order",
+                                 {"order_id": "A-17", "amount_cents": 3000})
 
-    paid = {}
+    paid: dict[str, list[int]] = {}
     for step, replayed in (("tools", [answer_message("done")]),
                            ("model", [refund("call_2"), answer_message("done")])):
         tools, effects, _ = make_keyed_environment()
