@@ -1828,16 +1828,15 @@ def otel_genai_spans(action: Callable[[], Any]) -> list[str]:
 
 
 # From chapters/04_protocols.ipynb, cell settle-approved
-def _keyed(tools: dict[str, ToolSpec]) -> dict[str, ToolSpec]:
-    """``tools``, if each effectful one takes an idempotency key; else a
-    ValueError. Without a key nothing can tell a step run again from a new
-    one, so no ledger can pay it once; a served tool takes none, as MCP's
-    calls carry no key."""
+def _keyed(tools: dict[str, ToolSpec]) -> None:
+    """A ValueError unless each effectful tool takes an idempotency key.
+    Without one nothing can tell a step run again from a new one, so no
+    ledger can pay it once; a served tool takes none, as MCP's calls carry
+    no key."""
     for name, spec in tools.items():
         if spec.effectful and not _takes_key(spec):
             raise ValueError(f"tool {name} takes no idempotency key, so the "
                              "ledger cannot pay its effects once")
-    return tools
 
 
 def settle_approved(ledger: "ApprovalLedger", call: ToolCall) -> Observation:
