@@ -40,7 +40,7 @@ from agentbook.anatomy import (
     estimate_tokens,
     validate_call,
 )
-from agentbook.untrusted import ObedientModel, ProvenanceRecord, _obedient_message
+from agentbook.untrusted import ObedientModel, ProvenanceRecord, _canonical, _obedient_message
 import copy
 from collections import Counter
 from agentbook.durable import ApprovalPolicy, ApprovalRequest, _takes_key, call_digest
@@ -196,6 +196,18 @@ SCALAR_TYPES = {"string": str, "integer": int, "number": float,
                 "boolean": bool}  # JSON_TYPE_NAMES, read the other way
 
 
+def _read_alike(name: str) -> str:
+    """``name`` as a reader might take it, for comparing only: Chapter 3's
+    look-alike folding, case and separators ignored, and I, |, 1 read as
+    l, 0 as o, rn as m, cl as d, vv as w (Unicode's TR39 skeletons)."""
+    ascii_alikes = str.maketrans("I|10", "lllo")
+    plain = _canonical(name.translate(ascii_alikes)).translate(ascii_alikes)
+    plain = re.sub(r"[-_.]", "", plain)
+    for pair, letter in (("rn", "m"), ("cl", "d"), ("vv", "w")):
+        plain = plain.replace(pair, letter)
+    return plain
+
+
 def _validator(schema: Any) -> Any:
     """jsonschema's validator for the draft ``schema`` names (2020-12, as MCP
     says, when it names none), or None for a draft jsonschema lacks."""
@@ -227,6 +239,10 @@ def contract_from(name: str, schema: dict[str, Any]) -> dict[str, type]:
     properties = schema.get("properties", {})
     if schema.get("type") != "object" or not isinstance(properties, dict):
         raise ValueError(f"tool {name}: inputSchema must describe an object")
+    unstated = [arg for arg in schema.get("required", [])
+                if arg not in properties]
+    if unstated:
+        raise ValueError(f"tool {name}: required {unstated} has no property")
     contract = {}
     for arg, rule in properties.items():
         kind = rule.get("type") if isinstance(rule, dict) else None
@@ -287,7 +303,9 @@ def result_content(result: Any) -> Any:
 
     One text block holding JSON gives the value it encodes, unless that
     nests deeper than any message needs; other text stays text, and a
-    block of another kind (an image, a resource) is named, not read.
+    block of another kind (an image, a resource) is named, not read. A
+    ``resultType`` (a task, input still required) the SDK pinned here drops,
+    so such a result reads as complete, by whatever content it carries.
     """
     parts = [block.text if block.type == "text"
              else f"({block.type} content, not read)"
@@ -323,15 +341,19 @@ def served_tools(listing: list[Any], call: Send) -> dict[str, ToolSpec]:
     """The kernel's tools for a server's listing of ``mcp.types.Tool``.
 
     Each counts as effectful, whatever the server says of it. A name MCP
-    does not allow, a name listed twice, or a schema a contract cannot
-    state is a ValueError naming the tool.
+    does not allow, a name listed twice or read like another listed
+    (``_read_alike``), or a schema a contract cannot state is a ValueError.
     """
     tools: dict[str, ToolSpec] = {}
+    alike: dict[str, str] = {}
     for tool in listing:
         if not re.fullmatch(TOOL_NAME, tool.name):
             raise ValueError(f"tool {ascii(tool.name)}: not a name MCP allows")
-        if tool.name in tools:
-            raise ValueError(f"tool {tool.name}: listed twice")
+        first = alike.setdefault(_read_alike(tool.name), tool.name)
+        if tool.name in tools or first != tool.name:
+            raise ValueError(f"tool {tool.name}: listed twice" if first ==
+                             tool.name else f"tool {tool.name} reads like "
+                             f"{first}; rename one")
         schema = tool.input_schema
         tools[tool.name] = MCPTool(
             tool.description or "", contract_from(tool.name, schema),
@@ -673,16 +695,11 @@ class DeclarationsReader:
 
 
 # From chapters/04_protocols.ipynb, cell combine-tools
-def _read_alike(name: str) -> str:
-    """``name`` as a reader might take it: case and separators ignored."""
-    return re.sub(r"[-_.]", "", name.casefold())
-
-
 def combine_tools(*registries: dict[str, ToolSpec]) -> dict[str, ToolSpec]:
     """One registry from several. A name offered twice, or one that reads
-    like another but for case and separators (``refund-order`` beside
-    ``refund_order``), is a ValueError: no server's tool silently takes
-    the place of one you had, or passes for it."""
+    like another (``_read_alike``: ``refund-order`` or ``refund_orcler``
+    beside ``refund_order``), is a ValueError: no server's tool silently
+    takes the place of one you had, or passes for it."""
     combined: dict[str, ToolSpec] = {}
     alike: dict[str, str] = {}
     for registry in registries:
@@ -897,6 +914,7 @@ def pydantic_model(log: PromptLog) -> Any:
     it is sent, in the same units as the kernel's ``Limits``.
     """
     from pydantic_ai._instrumentation import get_instructions
+    from pydantic_ai.exceptions import UnexpectedModelBehavior
     from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
     from pydantic_ai.models.function import AgentInfo, FunctionModel
     from pydantic_ai.usage import RequestUsage
@@ -905,11 +923,15 @@ def pydantic_model(log: PromptLog) -> Any:
         answer = log.chat(_pydantic_wire(messages, info.instructions))
         parts: list[Any] = [TextPart(answer["content"])] if answer.get(
             "content") else []
-        parts += [ToolCallPart(entry["function"]["name"],
-                               entry["function"]["arguments"],
-                               tool_call_id=entry["id"])
-                  for entry in answer.get("tool_calls") or []]
+        parts += [call_part(entry) for entry in answer.get("tool_calls") or []]
         return ModelResponse(parts=parts)
+
+    def call_part(entry: dict[str, Any]) -> Any:
+        arguments = entry["function"]["arguments"]
+        if not isinstance(arguments, str):  # as any OpenAI-style provider
+            raise UnexpectedModelBehavior("arguments must be text")
+        return ToolCallPart(entry["function"]["name"], arguments,
+                            tool_call_id=entry["id"])
 
     class CountingModel(FunctionModel):
         async def count_tokens(self, messages: list[Any], settings: Any,
@@ -1000,6 +1022,18 @@ def _call_from_text(call_id: str, name: str, arguments: Any,
     return parse_tool_calls({"tool_calls": [{
         "id": call_id, "type": "function",
         "function": {"name": name, "arguments": text}}]})[0]
+
+
+def _decoded_as_text(arguments: Any) -> Any:
+    """Arguments a provider sends decoded (Google's, Bedrock's) as canonical
+    JSON for the kernel's parser; anything else, or what JSON cannot
+    write, as it came, for the parser to refuse."""
+    if not isinstance(arguments, dict):
+        return arguments
+    try:
+        return _canonical_json(arguments).decode("ascii")
+    except (TypeError, ValueError, RecursionError):
+        return arguments
 
 
 def _answer(observation: Observation) -> str:
@@ -1599,7 +1633,8 @@ def pydantic_gate_tools(tools: dict[str, ToolSpec], settle: Settle,
     the capability they need: (tools, capabilities).
 
     A ``before_tool_validate`` hook hands each tool the arguments as the
-    model wrote them, so the kernel's parser reads them; then
+    model wrote them (an object some providers send decoded, as canonical
+    JSON), so the kernel's parser reads them; then
     ``settle`` validates, gates and runs the call, and the model reads the
     kernel's tool message. A call ``ask`` holds is deferred until approved.
     """
@@ -1615,7 +1650,8 @@ def pydantic_gate_tools(tools: dict[str, ToolSpec], settle: Settle,
 
     def settled(name: str) -> Callable[..., str]:
         def invoke(ctx: Any, arguments: Any) -> str:
-            call = _call_from_text(ctx.tool_call_id, name, arguments, True)
+            call = _call_from_text(ctx.tool_call_id, name,
+                                   _decoded_as_text(arguments), True)
             if ask is not None and not ctx.tool_call_approved and ask(call):
                 raise ApprovalRequired
             return _answer(settle(call))
@@ -1656,15 +1692,15 @@ def gated_tool_node(settle: Settle, ask: AskFor | None = None,
                 *(read(entry, True) for entry in message.invalid_tool_calls)]
 
     def node(state: dict[str, Any]) -> dict[str, Any]:
-        calls = calls_of(state["messages"][-1])
-        answers = {call.call_id: interrupt({"tool": call.name,
-                                            "arguments": call.arguments})
-                   for call in calls if ask is not None and ask(call)}
+        calls = calls_of(state["messages"][-1])  # by position: ids repeat
+        said = [interrupt({"tool": call.name, "arguments": call.arguments})
+                if ask is not None and ask(call) else "approve"
+                for call in calls]
         return {"messages": [ToolMessage(_answer(
-            settle(call) if answers.get(call.call_id, "approve") == "approve"
-            else Observation(call.call_id, False, "denied",
-                             f"a person said: {answers[call.call_id]}")),
-            tool_call_id=call.call_id) for call in calls]}
+            settle(call) if answer == "approve" else Observation(
+                call.call_id, False, "denied", f"a person said: {answer}")),
+            tool_call_id=call.call_id)
+            for call, answer in zip(calls, said, strict=True)]}
 
     def route(state: dict[str, Any]) -> str:
         return "tools" if calls_of(state["messages"][-1]) else END
@@ -1792,17 +1828,27 @@ def otel_genai_spans(action: Callable[[], Any]) -> list[str]:
 
 
 # From chapters/04_protocols.ipynb, cell settle-approved
+def _keyed(tools: dict[str, ToolSpec]) -> None:
+    """A ValueError unless each effectful tool takes an idempotency key.
+    Without one nothing can tell a step run again from a new one, so no
+    ledger can pay it once; a served tool takes none, as MCP's calls carry
+    no key."""
+    for name, spec in tools.items():
+        if spec.effectful and not _takes_key(spec):
+            raise ValueError(f"tool {name} takes no idempotency key, so the "
+                             "ledger cannot pay its effects once")
+
+
 def settle_approved(ledger: "ApprovalLedger", call: ToolCall) -> Observation:
     """Validate ``call``, apply the ledger's policy, and pay every effect
-    under a key made from its digest, on Chapter 2's keyed desk:
+    under a key made from its digest (run, call id, name, arguments):
     ``approval/<digest>`` for a call a person approved, ``automatic/<digest>``
-    for one the policy allows. A step a framework runs again (two resumes
-    of one pause, a replay from an older checkpoint) sends the same key and
-    is paid once; so are two calls of a run under one id and arguments,
-    which a served model, naming every call afresh, does not make. A held
-    call runs only if its digest, as it stands now, was approved, and only
-    on a tool that takes a key, since otherwise its approval could be spent
-    twice."""
+    for one the policy allows. The same call run again (two resumes of one
+    pause, a replay from the checkpoint before the tool step) sends the same
+    key and is paid once, as are two calls under one id and arguments; a
+    replay from before the model step, whose new reply names its calls
+    afresh, is a new call and is paid again. A held call runs only if its
+    digest, as it stands now, was approved."""
     problem = validate_call(call, ledger.tools)
     if problem is not None:
         return Observation(call.call_id, False, "invalid", problem)
@@ -1824,14 +1870,11 @@ def settle_approved(ledger: "ApprovalLedger", call: ToolCall) -> Observation:
 # From chapters/04_protocols.ipynb, cell approval-ledger
 @dataclass
 class ApprovalLedger:
-    """Chapter 2's binding of an approval to its call, kept beside a framework.
-
-    The framework pauses and resumes by its own means; the ledger lives
-    outside the state it saves (in a service, a table beside the
-    framework's store). ``asks`` files a request for each call held for a
-    person, as the call stands, once per digest; ``approve`` takes the
-    person's yes for the request they were shown; ``settle`` (next cell)
-    runs a held call only if the digest of its arguments was approved.
+    """Chapter 2's binding of an approval to its call, kept outside the
+    state a framework saves (in a service, a table beside its store).
+    ``asks`` files a request per digest of a held call; ``approve`` takes a
+    person's yes for the request shown; ``settle`` runs a held call only if
+    its digest was approved. Its tools must take keys (``_keyed``).
     """
 
     run_id: str
@@ -1839,6 +1882,9 @@ class ApprovalLedger:
     policy: ApprovalPolicy = field(default_factory=ApprovalPolicy)
     requests: list[ApprovalRequest] = field(default_factory=list)
     approved: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        _keyed(self.tools)
 
     def digest(self, call: ToolCall) -> str:
         return call_digest(self.run_id, call.call_id, call.name,

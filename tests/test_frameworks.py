@@ -160,15 +160,22 @@ def test_the_ledger_refuses_a_key_the_model_sends_itself() -> None:
     assert [ledger.settle(held).kind, refunds(effects)] == ["result", [7999]]
 
 
-def test_the_ledger_refuses_an_approved_call_on_a_desk_that_takes_no_key() -> None:
-    """Without a key the desk cannot tell a second resume from a new refund, so an approval
-    there could be spent twice: the ledger refuses it, as Chapter 2's resume does."""
-    tools, effects = make_environment()
-    ledger = ApprovalLedger("run", tools)
-    held = ToolCall("call_2", "refund_order", {"order_id": "A-17", "amount_cents": 7999})
-    assert ledger.asks(held)
-    ledger.approve(ledger.requests[0])
-    assert ledger.settle(held).kind == "denied" and effects == []
+def test_the_ledger_refuses_a_desk_whose_effects_take_no_key_served_ones_included() -> None:
+    """Without a key the desk cannot tell a step run again from a new refund, so neither an
+    approval nor an automatic refund could be paid once: the ledger refuses such a desk when
+    it is made. Every served tool is such a tool, since MCP's calls carry no key."""
+    from mcp import types
+
+    from agentbook import served_tools
+
+    schema = {"type": "object", "properties": {"order_id": {"type": "string"}},
+              "required": ["order_id"], "additionalProperties": False}
+    served = served_tools([types.Tool(name="refund_order", description="Refund.",
+                                      input_schema=schema)], lambda name, arguments: {})
+    for tools in (make_environment()[0], served):
+        with pytest.raises(ValueError, match="refund_order takes no idempotency key"):
+            ApprovalLedger("run", tools)
+    ApprovalLedger("run", make_keyed_environment()[0])  # every effect takes a key
 
 
 def test_two_resumes_at_once_pay_an_approval_once() -> None:
@@ -729,3 +736,85 @@ def test_with_the_kernels_rules_a_call_after_the_stop_is_skipped_not_paid(framew
     assert kernel.ending == run.ending == "no_progress"
     assert refunds(kernel.effects) == refunds(run.effects) == []
     assert calls_answered(run)
+
+
+def test_a_persons_answers_bind_to_each_held_call_when_two_share_an_id() -> None:
+    """One message, two held refunds under one id: the person rejects the first and approves
+    the second. Answers are matched by position, as the kernel answers calls whose ids repeat,
+    so only the approved refund is paid; keyed by id, the second answer decided both."""
+    from langgraph.types import Command
+
+    from agentbook import allow_all, gated_tool_node, kernel_read, langgraph_desk
+    from agentbook.protocols import _policy_asks
+
+    twice = message_of(19999, 7999)
+    for entry in twice["tool_calls"]:
+        entry["id"] = "X"
+    tools, effects = make_environment()
+    node, route = gated_tool_node(kernel_settle(tools, allow_all), _policy_asks(tools))
+    log = PromptLog(ScriptedModel(turns=[twice, answer_message("done")]))
+    graph = langgraph_desk(log, node, route, read=kernel_read)
+    config = {"configurable": {"thread_id": "desk"}}
+    graph.invoke({"messages": [{"role": "user", "content": "refund"}]}, config)
+    shown = [pause.value["arguments"]["amount_cents"]
+             for pause in graph.get_state(config).interrupts]
+    graph.invoke(Command(resume="no: too much"), config)
+    graph.invoke(Command(resume="approve"), config)
+    assert shown == [19999] and refunds(effects) == [7999]
+
+
+@pytest.mark.parametrize("arguments", ['{"order_id": "A-17", "amount_cents": 4999}',
+                                       {"order_id": "A-17", "amount_cents": 4999},
+                                       {"order_id": "A-17", "amount_cents": 999999}])
+def test_pydantic_ais_gated_tools_read_arguments_a_provider_sends_decoded(
+        arguments: str | dict[str, Any]) -> None:
+    """Google's and Bedrock's models send arguments as an object, not text: the gated tools
+    write it as canonical JSON for the kernel's parser, so the gate judges it like any call."""
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
+
+    from agentbook import pydantic_gate_tools
+
+    tools, effects = make_environment()
+    made, hooks = pydantic_gate_tools(tools, kernel_settle(tools, refund_gate))
+
+    def reply(messages: list[Any], info: Any) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("refund_order", arguments, "c1")])
+        return ModelResponse(parts=[TextPart("done")])
+
+    result = Agent(FunctionModel(reply), tools=made, capabilities=hooks).run_sync(TASK)
+    said = [json.loads(part.content) for message in result.all_messages()
+            for part in message.parts if part.part_kind == "tool-return"]
+    cents = (arguments if isinstance(arguments, dict) else json.loads(arguments))["amount_cents"]
+    assert refunds(effects) == ([] if cents > 5000 else [cents])
+    assert [entry["kind"] for entry in said] == ["denied" if cents > 5000 else "result"]
+
+
+def test_a_langgraph_replay_pays_once_from_the_tool_step_and_again_from_the_model_step() -> None:
+    """The ledger's key is the call's digest, its id included. Replayed from the checkpoint
+    before the tool step, the same call comes back and is paid once; replayed from before the
+    model step, a model that names its calls afresh proposes a new call, and it is paid again."""
+    from agentbook import SYSTEM_PROMPT, gated_tool_node, kernel_read, langgraph_desk
+    from agentbook.protocols import run_in_langgraph
+
+    def refund(call_id: str) -> dict[str, Any]:
+        return tool_call_message(call_id, "refund_order",
+                                 {"order_id": "A-17", "amount_cents": 3000})
+
+    paid: dict[str, list[int]] = {}
+    for step, replayed in (("tools", [answer_message("done")]),
+                           ("model", [refund("call_2"), answer_message("done")])):
+        tools, effects, _ = make_keyed_environment()
+        book = ApprovalLedger("replay", tools)
+        log = PromptLog(ScriptedModel(turns=[refund("call_1"), answer_message("done")]))
+        graph = langgraph_desk(log, *gated_tool_node(book.settle, book.asks), read=kernel_read)
+        run_in_langgraph(graph, log, effects, TASK, system_prompt=SYSTEM_PROMPT)
+        history = graph.get_state_history({"configurable": {"thread_id": "desk"}})
+        before = next(state for state in history if state.next == (step,)
+                      and len(state.values.get("messages", [])) == 2 + (step == "tools"))
+        log.model = ScriptedModel(turns=replayed)
+        graph.invoke(None, before.config)
+        paid[step] = refunds(effects)
+    assert paid == {"tools": [3000], "model": [3000, 3000]}

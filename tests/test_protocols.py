@@ -358,6 +358,33 @@ def test_a_server_cannot_shadow_a_local_tool() -> None:
         *desk, "track"]
 
 
+@pytest.mark.parametrize(("alike", "model"), [
+    ("Iookup_order", "lookup_order"), ("1ookup_order", "lookup_order"),
+    ("lookup_0rder", "lookup_order"), ("refund_orcler", "refund_order"),
+    ("refund_rnoney", "refund_money"), ("Refund_Order", "refund_order")])
+def test_an_ascii_look_alike_is_refused_beside_a_tool_and_within_one_listing(
+        alike: str, model: str) -> None:
+    """MCP's names are ASCII, but ASCII has look-alikes too: I and 1 for l, 0 for o, cl for d,
+    rn for m, and case. Each is refused beside the desk's tools, and beside the name it imitates
+    in one listing, where a dictionary would otherwise keep both."""
+    desk, _ = make_environment()
+    desk["refund_money"] = desk["refund_order"]
+    with pytest.raises(ValueError, match=f"tool {alike} reads like {model}; rename one"):
+        combine_tools(desk, served_tools([listed(alike)], never))
+    with pytest.raises(ValueError, match=f"tool {alike} reads like {model}; rename one"):
+        served_tools([listed(model), listed(alike)], never)
+    assert list(served_tools([listed(model), listed(model + "s")], never)) == [model, model + "s"]
+
+
+def test_a_required_argument_the_schema_does_not_state_refuses_the_tool() -> None:
+    """A schema requiring an argument its properties omit cannot become a contract: the tool
+    is refused, not served with a contract that never asks for the argument."""
+    schema = {"type": "object", "required": ["order_id", "secret"],
+              "properties": {"order_id": {"type": "string"}}}
+    with pytest.raises(ValueError, match=r"tool r: required \['secret'\] has no property"):
+        served_tools([listed("r", schema=schema)], never)
+
+
 def test_an_argument_the_contract_cannot_state_refuses_the_tool() -> None:
     with pytest.raises(ValueError, match="argument 'ids' has type 'array'"):
         with mcp_tools(fake("array-arg")):
