@@ -120,8 +120,14 @@ def snapshot(folder: Path) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def course(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Step]]:
-    """The scratch clone after every shell block of the appendix, and each block's run."""
+def course(tmp_path_factory: pytest.TempPathFactory,
+           full_suite: None) -> tuple[Path, list[Step]]:
+    """The scratch clone after every shell block of the appendix, and each block's run.
+
+    The walk builds an autograder and grades in kernels, as an instructor does, about 12 s
+    of one worker: it belongs to the full suite (`python3 dev.py test --full`, which CI
+    runs), which keeps the quick suite within its 90 s.
+    """
     if not Path(sys.prefix, "bin", "python").exists():
         pytest.skip("the tests do not run in a virtual environment to stand in for .venv")
     folder = tmp_path_factory.mktemp("course")
