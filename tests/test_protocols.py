@@ -691,11 +691,17 @@ def test_an_interrupt_while_waiting_stops_the_server(mode: str) -> None:
     main_thread = threading.main_thread().ident
     assert main_thread is not None
     timer = threading.Timer(0.15, signal.pthread_kill, (main_thread, signal.SIGINT))
-    with pytest.raises(KeyboardInterrupt):
-        timer.start()
-        with mcp_tools(fake(mode), timeout=30) as tools:
-            tools["lookup_order"].handler(order_id="A-17")
-    timer.join()
+    # Python's own handler, as in a notebook: a suite started in the background by a shell,
+    # as CI may start it, inherits SIGINT ignored, and Python then leaves it ignored.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            timer.start()
+            with mcp_tools(fake(mode), timeout=30) as tools:
+                tools["lookup_order"].handler(order_id="A-17")
+    finally:
+        timer.join()
+        signal.signal(signal.SIGINT, previous)
     assert set(children()) == before
 
 
