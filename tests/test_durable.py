@@ -236,6 +236,15 @@ def run_crashed(folder: Path, turns: list[dict[str, Any]],
     return result, effects, False
 
 
+def crashed_after_intent(path: Path, tools: dict[str, Any]) -> Journal:
+    """The journal of a refund run that crashed once the refund's intent was written."""
+    journal = Journal(path)
+    with pytest.raises(Crash):
+        run_durably(TASK, ScriptedModel(turns=refund_script()), tools, refund_gate, journal,
+                    crash=CrashAt("after_intent"))
+    return journal
+
+
 @pytest.mark.parametrize("point", CRASH_POINTS)
 def test_every_crash_point_is_reached_and_recovered_to_one_refund(
         tmp_path: Path, point: str) -> None:
@@ -309,10 +318,7 @@ def test_a_journal_of_another_format_is_refused_before_anything_runs(tmp_path: P
     """Keys are derived as one journal format's code derives them: a journal that other code
     wrote could see its calls sent again under other keys, so recovery refuses it whole."""
     tools, effects, lookup = make_keyed_environment()
-    journal = Journal(tmp_path / "older.jsonl")
-    with pytest.raises(Crash):
-        run_durably(TASK, ScriptedModel(turns=refund_script()), tools, refund_gate, journal,
-                    crash=CrashAt("after_intent"))
+    journal = crashed_after_intent(tmp_path / "older.jsonl", tools)
     records = journal.records()
     records[0]["format"] = "agentbook journal, version 1"
     journal.path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
@@ -553,10 +559,7 @@ def test_a_refund_made_without_its_key_is_invisible_to_recovery(
     without the key, cannot be matched to the journal's intent, and is paid again; sent with
     the key, the same refund is recognized."""
     tools, effects, lookup = make_keyed_environment()
-    journal = Journal(tmp_path / "by-hand.jsonl")
-    with pytest.raises(Crash):
-        run_durably(TASK, ScriptedModel(turns=refund_script()), tools, refund_gate, journal,
-                    crash=CrashAt("after_intent"))
+    journal = crashed_after_intent(tmp_path / "by-hand.jsonl", tools)
     key = journal.records()[-1]["key"]
     by_hand = {"idempotency_key": key} if with_key else {}
     tools["refund_order"].handler(order_id="A-17", amount_cents=4999, **by_hand)
@@ -631,10 +634,7 @@ def test_a_model_that_reuses_a_call_id_still_gets_one_key_per_effect(tmp_path: P
 def test_a_journal_edited_by_hand_is_refused_with_a_reason_and_pays_nothing(
         tmp_path: Path, damage: Any) -> None:
     tools, effects, lookup = make_keyed_environment()
-    journal = Journal(tmp_path / "edited.jsonl")
-    with pytest.raises(Crash):
-        run_durably(TASK, ScriptedModel(turns=refund_script()), tools, refund_gate, journal,
-                    crash=CrashAt("after_intent"))
+    journal = crashed_after_intent(tmp_path / "edited.jsonl", tools)
     records = journal.records()
     damage(records)
     journal.path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
@@ -659,10 +659,7 @@ def test_a_record_renumbered_to_fit_is_still_refused_by_line_before_anything_pay
     """Records edited into other valid JSON, their sequence renumbered so that
     reading the file passes: each is refused with a ValueError, not a KeyError."""
     tools, effects, lookup = make_keyed_environment()
-    journal = Journal(tmp_path / "forged.jsonl")
-    with pytest.raises(Crash):
-        run_durably(TASK, ScriptedModel(turns=refund_script()), tools, refund_gate, journal,
-                    crash=CrashAt("after_intent"))
+    journal = crashed_after_intent(tmp_path / "forged.jsonl", tools)
     records = journal.records()
     assert records[-1]["kind"] == "intent"
     damage(records)

@@ -355,35 +355,33 @@ def test_an_approval_written_into_the_agents_sdks_saved_state_is_honored() -> No
         assert refunds(effects) == ([] if ledger else [7999])
 
 
-def test_the_agents_sdk_opens_no_connection_during_a_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Its tracing would send traces to the vendor's service; every run turns it off."""
-    attempts: list[Any] = []
+@pytest.fixture
+def attempts(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every address a socket tries to reach in the test, each refused."""
+    tried: list[Any] = []
 
     def refuse(self: socket.socket, address: Any) -> None:
-        attempts.append(address)
+        tried.append(address)
         raise OSError("no network in this test")
 
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    return tried
+
+
+def test_the_agents_sdk_opens_no_connection_during_a_run(attempts: list[Any]) -> None:
+    """Its tracing would send traces to the vendor's service; every run turns it off."""
     run = run_desk_in("Agents SDK", overreaching_model(), TASK, refund_gate)
     assert refunds(run.effects) == [4999] and attempts == []
     assert json.dumps(run.messages)  # the record is plain data
 
 
 def test_langgraphs_own_spans_reach_the_global_provider_with_no_connection(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        attempts: list[Any]) -> None:
     """LangSmith's OpenTelemetry mode writes LangGraph's runs as spans into the provider the
     book installs, and sends nothing to LangSmith's service."""
     from agentbook import otel_genai_spans
 
-    attempts: list[Any] = []
-
-    def refuse(self: socket.socket, address: Any) -> None:
-        attempts.append(address)
-        raise OSError("no network in this test")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
     spans = otel_genai_spans(lambda: run_desk_in("LangGraph", overreaching_model(), TASK,
                                                  refund_gate))
     assert {"BookChatModel", "refund_order"} <= set(spans) and attempts == []
