@@ -66,7 +66,7 @@ from scripts.course.grading import (
     write_scores,
 )
 from scripts.course.grading import main as grading_main
-from scripts.course.run_otter import SETTINGS_FILE, Settings, clean_messages
+from scripts.course.run_otter import SETTINGS_FILE, Session, Settings, cell_name, clean_messages
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SOURCE = REPO_ROOT / "exercises" / "source" / "anatomy-exercises.ipynb"
@@ -962,7 +962,8 @@ def test_the_cell_a_kernel_died_in_is_found_by_id_or_else_by_source() -> None:
     assert replaced is not None and replaced.cells[0].source == "x = 1"
     assert replaced.cells[1].source.startswith("raise RuntimeError")
     # The cell otter adds to run the tests is not the student's: no second grading.
-    otter_cell = nbformat.v4.new_code_cell("from otter.execute import Checker\n...")
+    otter_cell = nbformat.v4.new_code_cell("from otter.execute import Checker\n...",
+                                           metadata={kernel_bound.GRADER_CELL: True})
     assert without_cell(notebook, otter_cell) is None
     assert cell_name(otter_cell) == "otter's own cell, which runs the tests"
 
@@ -1050,9 +1051,32 @@ def test_the_zip_grades_with_the_limits_it_was_built_with(tmp_path: Path) -> Non
     assert settings.starter == {integrity.digest("x = 1"), integrity.digest("y = 2")}
     with zipfile.ZipFile(archive) as packed:
         names = set(packed.namelist())
-        assert {"run_otter.py", "kernel_bound.py", "integrity.py", "time_limit.py"} <= names
+        assert {"run_otter.py", "kernel_bound.py", "kernel_sandbox.py", "integrity.py",
+                "time_limit.py"} <= names
         assert "_limit_every_test(2.5, " in packed.read("tests/q1.py").decode()
         assert "as otter assign wrote it" not in packed.read("run_otter.py").decode()
+
+
+def test_only_the_graders_own_cells_get_its_longer_limit(tmp_path: Path) -> None:
+    # A student's cell that names the guard, starts like otter's or claims the grader's mark
+    # in its metadata is the student's: it gets the student's limit and its own name.
+    claims = [nbformat.v4.new_code_cell("# agentbook_guard\nwhile True: pass"),
+              nbformat.v4.new_code_cell("from otter import Notebook\nwhile True: pass",
+                                        metadata={kernel_bound.GRADER_CELL: True})]
+    otter_first = nbformat.v4.new_code_cell('from otter import Notebook\n'
+                                            'Notebook.init_grading_mode("tests")')
+    otter_last = nbformat.v4.new_code_cell("from otter.test_files import GradingResults\n"
+                                           "results = GradingResults(Checker.get_results())")
+    notebook = nbformat.v4.new_notebook(cells=[otter_first, *claims, otter_last])
+    session = Session(Settings(), kernel_bound.Limits(60, 10), tmp_path)
+    session.prepare(notebook)
+    watch = session.watch()
+    limits = [watch.cell_seconds(cell) for cell in notebook.cells]
+    assert limits == [300, 300, 60, 60, 300, 300]  # otter's, the guard's; the student's two
+    assert [cell_name(cell) for cell in notebook.cells] == [
+        "otter's own cell, which runs the tests", "the grader's check of its runner",
+        *(f"cell {claim.id}" for claim in claims),
+        "the grader's check of its runner", "otter's own cell, which runs the tests"]
 
 
 def test_everything_a_grading_started_is_ended(tmp_path: Path) -> None:

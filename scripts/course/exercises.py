@@ -45,7 +45,8 @@ EXERCISES_DIR = "exercises"
 SOURCE_DIR = "exercises/source"
 TESTS_DIR = "exercises/tests"
 # The grading code every autograder zip carries beside its run_otter.py (run_otter.py says why).
-ENGINE = ("run_otter.py", "kernel_bound.py", "integrity.py", "time_limit.py")
+ENGINE = ("run_otter.py", "kernel_bound.py", "kernel_sandbox.py", "integrity.py",
+          "time_limit.py")
 # The line of the student notebook's set-up cell that receives the packed public tests.
 BUNDLE_LINE = 'PUBLIC_TESTS = ""'
 BUNDLE_WIDTH = 88  # characters of base64 per line, so the cell stays within the line length

@@ -62,7 +62,7 @@ from scripts.course.answers import (
 from scripts.course.answers import model_answers as model_answers  # for the tests, as before
 from scripts.course.answers import solution_code as solution_code
 from scripts.course.exercises import ExercisesError, build, normalize, source_notebooks
-from scripts.course import integrity, kernel_bound
+from scripts.course import integrity, kernel_bound, kernel_sandbox
 from scripts.course.integrity import Secrets, cut
 from scripts.course.results import (
     RECORD,
@@ -646,6 +646,8 @@ def grade_class(args: argparse.Namespace, submissions: list[Path], source: Path)
               f"{workers} at a time, each cell within {args.timeout:g} s"
               + ("" if use_docker else f" and each test within {args.test_timeout:g} s"),
               file=sys.stderr)
+        if not use_docker and kernel_sandbox.boundary():
+            print(f"note: kernels are {kernel_sandbox.boundary()}", file=sys.stderr)
         if use_docker:
             return grade_in_containers(submissions, autograder, workers, source.stem,
                                        args.timeout)

@@ -3,7 +3,8 @@
 The threat, plainly: the tests run in the student's kernel, beside the student's code, as in
 otter and nbgrader, because they call the student's functions. Code in that process can reach
 everything there, the test runner included. Nothing in the kernel is a boundary, so each check
-below says where it runs:
+below says where it runs (what the kernel can reach outside itself is kept by the operating
+system, where kernel_sandbox.py can make a sandbox):
 
 - In the grading process, outside the kernel: ``scan`` reads the submission's source before it
   runs and lists what reaches into the grader (importing otter, replacing signal handlers,
@@ -409,6 +410,21 @@ class SafePickle:
     @staticmethod
     def loads(data: bytes) -> Any:
         return ResultsUnpickler(io.BytesIO(data)).load()
+
+
+class PlainUnpickler(pickle.Unpickler):
+    """Reads a log record the kernel sent otter's logging server: a dict of plain values.
+    Otter's server unpickles whatever reaches its port, which would run any code the sender
+    chose in the grading process; this makes no object of any class."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"a log record holds {module}.{name}, which it never "
+                                     "does: the submission sent it")
+
+
+def plain_log_record(handler: Any, data: bytes) -> Any:
+    """Stands in for otter's ``LogRecordStreamHandler.unpickle``."""
+    return PlainUnpickler(io.BytesIO(data)).load()
 
 
 def test_shapes(test_files: dict[str, str]) -> dict[str, list[tuple[str, float, bool]]]:

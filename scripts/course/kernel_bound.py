@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import sys
@@ -35,14 +36,25 @@ from pathlib import Path
 from typing import Any
 from unittest.mock import patch
 
+try:  # in the book's repository
+    from scripts.course import kernel_sandbox
+except ImportError:  # in the autograder zip, beside this file
+    import kernel_sandbox  # type: ignore[import-not-found, no-redef]
+
 # What the grading process tells the kernel, through the environment the kernel inherits.
 PROGRESS_VARIABLE = "AGENTBOOK_TEST_PROGRESS"  # the file the running test is written to
 STOPPED_VARIABLE = "AGENTBOOK_STOPPED_TESTS"  # tests an earlier run had to stop: fail them
 MARK_VARIABLE = "AGENTBOOK_GRADING_MARK"  # inherited by every process the submission starts
+# The cells the grader runs (otter's own, the guard's) carry this in their metadata; the
+# grader removes it from the submission's own cells first, so no cell of a student's has it.
+GRADER_CELL = "agentbook_grader_cell"
 # How long an interrupted kernel has to answer before it is killed (a test's own alarm is its
 # interrupt); the tests of this book set less, to spend less time waiting.
 GRACE_SECONDS = float(os.environ.get("AGENTBOOK_GRACE_SECONDS") or 3.0)
 POLL_SECONDS = 0.2
+# What a cell of the submission may print before the rest is dropped: a flood of output is
+# otherwise kept whole in the grading process's memory.
+OUTPUT_BYTES = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -127,9 +139,7 @@ class Watch:
         """A cell's limit: the grader's own cells (otter's first, which imports otter, and
         last; the guard's) get five times the student's, as they run no student code but
         under load take longer than most."""
-        source = cell.get("source", "")
-        ours = source.startswith("from otter") or "agentbook_guard" in source
-        return self.limits.cell_seconds * (5 if ours else 1)
+        return self.limits.cell_seconds * (5 if is_grader_cell(cell) else 1)
 
     async def guard(self, manager: Any, cell: Any) -> None:
         """Watch one cell: interrupt it past its limit, kill the kernel when it does not
@@ -168,6 +178,12 @@ class Watch:
         end_groups(self.groups)
 
 
+def is_grader_cell(cell: Any) -> bool:
+    """Whether the grader added this cell (otter's or the guard's): told by its metadata,
+    never by its source, which a student can imitate."""
+    return (cell.get("metadata") or {}).get(GRADER_CELL) is True
+
+
 @contextlib.contextmanager
 def bounded_execution(watch: Watch,
                       prepare: Callable[[Any], None] | None = None) -> Iterator[None]:
@@ -175,9 +191,11 @@ def bounded_execution(watch: Watch,
     notebook first (add cells). Otter makes nbconvert's ExecutePreprocessor, an nbclient
     NotebookClient, when it grades: this puts a subclass in its place while grading."""
     import nbconvert.preprocessors as preprocessors
+    import nbformat
     from jupyter_core.utils import run_sync
 
     original = preprocessors.ExecutePreprocessor
+    printed: dict[int, int] = {}  # bytes of output each cell sent, kept or not
 
     class BoundedExecutor(original):  # type: ignore[misc, valid-type]
         def __init__(self, **kwargs: Any) -> None:
@@ -190,8 +208,13 @@ def bounded_execution(watch: Watch,
             self.shutdown_kernel = "immediate"
 
         def preprocess(self, nb: Any, resources: Any = None, km: Any = None) -> Any:
+            printed.clear()
             if prepare is not None:
                 prepare(nb)
+            if km is None and kernel_sandbox.bwrap() is not None:
+                folder = ((resources or {}).get("metadata") or {}).get("path") or os.getcwd()
+                self.kernel_manager_class = kernel_sandbox.manager_class(
+                    os.path.abspath(folder), kernel_sandbox.writable_paths(nb, watch.progress))
             try:
                 return super().preprocess(nb, resources, km)
             finally:
@@ -216,6 +239,21 @@ def bounded_execution(watch: Watch,
                 guard.cancel()
 
         execute_cell = run_sync(async_execute_cell)
+
+        def output(self, outs: list[Any], msg: dict[str, Any], display_id: str | None,
+                   cell_index: int) -> Any:
+            if is_grader_cell(self.nb.cells[cell_index]):
+                return super().output(outs, msg, display_id, cell_index)
+            size = len(json.dumps(msg.get("content")))
+            kept = printed.get(cell_index, 0)
+            printed[cell_index] = kept + size
+            if kept + size <= OUTPUT_BYTES:
+                return super().output(outs, msg, display_id, cell_index)
+            if kept <= OUTPUT_BYTES:  # said once, where the dropped output would have been
+                outs.append(nbformat.v4.new_output("stream", name="stderr", text=(
+                    f"[the grader kept only the first {OUTPUT_BYTES:,} bytes this cell "
+                    "printed]\n")))
+            return None
 
     with patch.object(preprocessors, "ExecutePreprocessor", BoundedExecutor):
         yield

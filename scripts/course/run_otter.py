@@ -3,12 +3,15 @@ run_otter.py does, except that no submission can stall it, fool it without being
 read its hidden tests through it.
 
 The exercises' build puts this file into every autograder zip in place of otter's, with
-kernel_bound.py and integrity.py beside it and the zip's settings (the cell and test limits,
-the starter notebook's cells) in ``agentbook-grading.json``; the class command's process pool
-uses the same functions (scripts/course/grading.py). Grading a submission here:
+kernel_bound.py, kernel_sandbox.py and integrity.py beside it and the zip's settings (the
+cell and test limits, the starter notebook's cells) in ``agentbook-grading.json``; the class
+command's process pool uses the same functions (scripts/course/grading.py). Grading a
+submission here:
 
 - reads its source first, and flags for an instructor's review any cell that reaches into
   the grader (integrity.scan);
+- runs its kernel, where bubblewrap can make one, in a sandbox that reaches no file but its
+  own folder and no process or network but its own (kernel_sandbox.py);
 - runs it with every cell and every test bounded by this process (kernel_bound.py). When a
   cell or a test overruns and ignores the interrupt, or when the kernel dies in a cell
   (``os._exit``, a crash, running out of memory), otter would raise and write no results at
@@ -43,10 +46,11 @@ from unittest.mock import patch
 import nbformat
 
 try:  # in the book's repository
-    from scripts.course import integrity, kernel_bound, time_limit
+    from scripts.course import integrity, kernel_bound, kernel_sandbox, time_limit
 except ImportError:  # in the autograder zip, beside this file
     import integrity  # type: ignore[import-not-found, no-redef]
     import kernel_bound  # type: ignore[import-not-found, no-redef]
+    import kernel_sandbox  # type: ignore[import-not-found, no-redef]
     import time_limit  # type: ignore[import-not-found, no-redef]
 
 Limits, RunningTest, Watch = kernel_bound.Limits, kernel_bound.RunningTest, kernel_bound.Watch
@@ -114,9 +118,15 @@ class Session:
                   if "init_grading_mode(" in cell.source]
         ends = [i for i, cell in enumerate(notebook.cells)
                 if "GradingResults(Checker.get_results())" in cell.source]
+        ours = {kernel_bound.GRADER_CELL: True}
+        for cell in notebook.cells:  # a submission's cells may claim to be the grader's
+            cell.get("metadata", {}).pop(kernel_bound.GRADER_CELL, None)
         if starts and ends:  # otter's own first cell, and its last, which writes the results
-            notebook.cells.insert(ends[-1], nbformat.v4.new_code_cell(last))
-            notebook.cells.insert(starts[0] + 1, nbformat.v4.new_code_cell(first))
+            for index in (starts[0], ends[-1]):
+                notebook.cells[index].setdefault("metadata", {}).update(ours)
+            notebook.cells.insert(ends[-1], nbformat.v4.new_code_cell(last, metadata=ours))
+            notebook.cells.insert(starts[0] + 1, nbformat.v4.new_code_cell(first,
+                                                                           metadata=ours))
 
     def learn_tests(self, texts: dict[str, str]) -> None:
         """The tests as the grader holds them, read before the kernel could change them."""
@@ -164,8 +174,10 @@ def clean_messages(results: Any, secrets: integrity.Secrets) -> None:
 def checked_results(session: Session) -> Iterator[None]:
     """While otter grades: it reads the tests where ``session`` learns them first, loads the
     kernel's results with an unpickler that makes only otter's classes, and hands them to
-    ``session.check`` before anything is reported from them."""
+    ``session.check`` before anything is reported from them; its logging server makes no
+    object of any class from what it receives."""
     import otter.execute as execute
+    from otter.execute import logging as log_server
     from otter.run.run_autograder.runners import python_runner
 
     original = python_runner.grade_notebook
@@ -179,7 +191,9 @@ def checked_results(session: Session) -> Iterator[None]:
         return results
 
     with patch.object(python_runner, "grade_notebook", grade_notebook), \
-            patch.object(execute, "pickle", integrity.SafePickle):
+            patch.object(execute, "pickle", integrity.SafePickle), \
+            patch.object(log_server.LogRecordStreamHandler, "unpickle",
+                         integrity.plain_log_record):
         yield
 
 
@@ -188,9 +202,9 @@ class KernelDied(Exception):
 
 
 def cell_name(cell: Any) -> str:
-    if cell.source.startswith("from otter"):  # the cells otter adds to set up and run tests
-        return "otter's own cell, which runs the tests"
-    if "agentbook_guard" in cell.source:
+    if kernel_bound.is_grader_cell(cell):
+        if cell.source.startswith("from otter"):  # otter's, which set up and run the tests
+            return "otter's own cell, which runs the tests"
         return "the grader's check of its runner"
     return f"cell {cell.get('id') or cell.source.split(chr(10), 1)[0][:40]}"
 
@@ -207,7 +221,7 @@ def without_cell(notebook: nbformat.NotebookNode, dead: Any,
     by_source = [cell for cell in code if cell.source == dead.source]
     same = ([cell for cell in by_id if cell in by_source] if len(by_id) > 1 else by_id
             ) or by_source
-    if not same or "agentbook_guard" in dead.source:
+    if not same or kernel_bound.is_grader_cell(dead):
         return None
     message = why or (f"the kernel died while running {cell_name(dead)}, so grading skipped "
                       "it: find what ends the process there (os._exit, a crash, running out "
@@ -338,5 +352,7 @@ if __name__ == "__main__":
     # Gradescope runs `python /autograder/source/run_otter.py`; folders laid out as
     # Gradescope's may be given instead, graded in turn.
     adopted = kernel_bound.adopt_orphans()
+    if kernel_sandbox.boundary():  # in the autograder's output, which only instructors see
+        print(f"agentbook: kernels are {kernel_sandbox.boundary()}")
     for folder in sys.argv[1:] or [AUTOGRADER]:
         main(folder, adopted=adopted)
