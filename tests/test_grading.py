@@ -66,7 +66,14 @@ from scripts.course.grading import (
     write_scores,
 )
 from scripts.course.grading import main as grading_main
-from scripts.course.run_otter import SETTINGS_FILE, Session, Settings, cell_name, clean_messages
+from scripts.course.run_otter import (
+    SETTINGS_FILE,
+    Session,
+    Settings,
+    cell_name,
+    checked_results,
+    clean_messages,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SOURCE = REPO_ROOT / "exercises" / "source" / "anatomy-exercises.ipynb"
@@ -1020,6 +1027,47 @@ def test_only_submissions_that_reach_into_the_grader_are_flagged() -> None:
     assert "cell q1b-code imports otter, the grader" in flagged[
         "anatomy/hostile-replaces-the-test-call"]
     assert "cell q4c-code starts, signals or ends processes" in flagged[f"anatomy/{DYING}"]
+
+
+@pytest.mark.parametrize(("source", "reason"), [
+    # Replacing the guard and its report, by attribute or by getattr with a plain name.
+    ("Checker.agentbook_guard = lambda: None", "names the grader's files or internals"),
+    ("setattr(Checker, 'agentbook_guard', None)", "names the grader's files or internals"),
+    ("getattr(os, 'kill')(1, 9)", "starts, signals or ends processes"),
+    ("modules = getattr(sys, 'modules')", "edits the interpreter's state"),
+    ("name = 'ott' + 'er.execute'", "names the grader's files or internals"),
+    ("import threading", "starts threads, which run beside the tests and the results' writer"),
+])
+def test_reaching_the_grader_by_another_spelling_is_flagged(source: str, reason: str) -> None:
+    assert reason in integrity.scan_source(source)
+
+
+def test_the_grader_loads_no_otter_log(tmp_path: Path) -> None:
+    # Otter loads a notebook's .OTTER_LOG with dill in the grading process; a submission can
+    # write one, or hand one in inside its zip. While grading, none is loaded.
+    from otter.check.logs import Log
+
+    class Payload:
+        def __reduce__(self) -> tuple[Any, tuple[str]]:
+            return (os.system, (f"touch {tmp_path / 'ran'}",))
+
+    log = tmp_path / ".OTTER_LOG"
+    log.write_bytes(pickle.dumps(Payload()))
+    with checked_results(Session(Settings(), kernel_bound.Limits(), tmp_path)), \
+            pytest.raises(ValueError, match="reads no .OTTER_LOG"):
+        Log.from_file(str(log))
+    assert not (tmp_path / "ran").exists()
+
+
+def test_a_progress_file_the_submission_rewrites_buys_no_time() -> None:
+    clock = kernel_bound.ProgressClock(tests=2)
+    assert clock.read("1 start anatomy_q1 test_a public", 0.0)
+    assert clock.read("1 end", 1.0) and clock.spent == 1.0
+    assert not clock.read("2 end", 2.0)  # no test was running: the cell's own time goes on
+    assert not clock.read("2 start anatomy_q1 test_a public", 3.0)  # started in this cell
+    assert clock.read("3 start anatomy_q1 test_b hidden", 4.0)
+    assert not clock.read("4 start anatomy_q1 made_up public", 5.0)  # past the tests held
+    assert clock.running is not None and clock.running.name == "test_b"
 
 
 def test_the_results_are_read_back_making_only_otters_classes() -> None:

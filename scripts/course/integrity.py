@@ -182,6 +182,7 @@ MODULES = {  # importing these is reaching into the grader, or around it
     "faulthandler": "installs low-level handlers", "_thread": "starts low-level threads",
     "subprocess": "starts processes", "multiprocessing": "starts processes",
     "pty": "starts processes", "marshal": "loads code objects", "dill": "loads code objects",
+    "threading": "starts threads, which run beside the tests and the results' writer",
 }
 ATTRIBUTES = {  # module.attribute -> what it does
     **{f"sys.{name}": "edits the interpreter's state"
@@ -231,10 +232,7 @@ def node_reasons(node: ast.AST) -> list[str]:
         return reasons + [ATTRIBUTES[f"{top}.{alias.name}"] for alias in node.names
                           if f"{top}.{alias.name}" in ATTRIBUTES]
     if isinstance(node, ast.Attribute):
-        reasons = ["reaches into objects' internals"] if node.attr in DUNDERS else []
-        if isinstance(node.value, ast.Name):
-            reasons += [ATTRIBUTES.get(f"{node.value.id}.{node.attr}", "")]
-        return [reason for reason in reasons if reason]
+        return attribute_reasons(node.attr, node.value)
     if isinstance(node, ast.Name) and node.id in DUNDERS | {"__builtins__"}:
         return ["reaches into objects' internals"]
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
@@ -245,10 +243,35 @@ def node_reasons(node: ast.AST) -> list[str]:
             if not (isinstance(name, ast.Constant) and isinstance(name.value, str)
                     and not name.value.startswith("_")):
                 return ["reaches attributes by a computed or private name"]
+            return attribute_reasons(name.value, node.args[0])  # getattr(os, "kill")
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        joined = constant_text(node)  # "ott" + "er.execute"
+        if joined is not None and GRADER_WORDS.search(joined):
+            return ["names the grader's files or internals"]
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         if GRADER_WORDS.search(node.value):
             return ["names the grader's files or internals"]
     return []
+
+
+def attribute_reasons(attribute: str, owner: ast.AST) -> list[str]:
+    """What reaching ``owner.attribute`` does, whether written with a dot or getattr."""
+    reasons = ["reaches into objects' internals"] if attribute in DUNDERS else []
+    if GRADER_WORDS.search(attribute):  # Checker.agentbook_guard, case.call_func
+        reasons.append("names the grader's files or internals")
+    if isinstance(owner, ast.Name):
+        reasons.append(ATTRIBUTES.get(f"{owner.id}.{attribute}", ""))
+    return [reason for reason in reasons if reason]
+
+
+def constant_text(node: ast.AST) -> str | None:
+    """The text a sum of string constants spells, or None when any part is not one."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = constant_text(node.left), constant_text(node.right)
+        return None if left is None or right is None else left + right
+    return None
 
 
 def scan(notebook: Any, starter: set[str]) -> list[str]:
@@ -420,6 +443,14 @@ class PlainUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         raise pickle.UnpicklingError(f"a log record holds {module}.{name}, which it never "
                                      "does: the submission sent it")
+
+
+def refuse_log(*arguments: Any, **options: Any) -> Any:
+    """Stands in for otter's ``Log.from_file`` while grading. Otter loads a notebook's
+    ``.OTTER_LOG`` with dill, in the grading process, outside any sandbox: a log the
+    submission wrote or sent in its zip would run any code it chose there. Grading from the
+    log is off, so otter reads none (it says the log could not be read, and goes on)."""
+    raise ValueError("the grader reads no .OTTER_LOG: loading one could run its code")
 
 
 def plain_log_record(handler: Any, data: bytes) -> Any:

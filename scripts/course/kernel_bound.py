@@ -143,22 +143,24 @@ class Watch:
 
     async def guard(self, manager: Any, cell: Any) -> None:
         """Watch one cell: interrupt it past its limit, kill the kernel when it does not
-        answer, or when a test outlives its own limit by the grace."""
+        answer, or when a test outlives its own limit by the grace. The cell's limit counts
+        its own time, not its tests'; each test has its own limit."""
         limits, cell_seconds = self.limits, self.cell_seconds(cell)
-        started = segment = time.monotonic()
-        seen, interrupted = self.read(), None
+        started = time.monotonic()
+        clock = ProgressClock(self.tests, self.read())
+        interrupted = None
         while True:
             await asyncio.sleep(POLL_SECONDS)
-            now, text = time.monotonic(), self.read()
-            if text and text != seen:  # a test began or ended: a new stretch to time
-                seen, segment, interrupted = text, now, None
-            test = read_progress(seen)
+            now = time.monotonic()
+            if clock.read(self.read(), now):
+                interrupted = None
+            test = clock.running
             if now - started > self.cap():
                 return await self.kill(manager, cell, self.cap(), test)
             if test is not None:
-                if now - segment > limits.test_seconds + limits.grace_seconds:
+                if now - clock.began > limits.test_seconds + limits.grace_seconds:
                     return await self.kill(manager, cell, limits.test_seconds, test)
-            elif interrupted is None and now - segment > cell_seconds:
+            elif interrupted is None and now - started - clock.spent > cell_seconds:
                 interrupted = now
                 with contextlib.suppress(Exception):  # a kernel already gone is noticed below
                     await manager.interrupt_kernel()
@@ -176,6 +178,42 @@ class Watch:
             else:  # Windows: no groups, no SIGKILL; jupyter_client ends the kernel its way
                 await manager.shutdown_kernel(now=True)
         end_groups(self.groups)
+
+
+@dataclass
+class ProgressClock:
+    """Which test a cell is running, and how long its tests took, as the progress file says.
+    The kernel writes that file, so a submission can write it too: only the start of a test
+    not yet started in this cell, while fewer than the assignment's tests have, and the end of
+    the running test count. Rewriting the file otherwise changes nothing, so it cannot keep a
+    cell alive past its limits."""
+
+    tests: int
+    seen: str = ""
+    running: RunningTest | None = None
+    began: float = 0.0
+    spent: float = 0.0  # seconds the cell spent in tests that ended
+    started: set[str] = field(default_factory=set)
+
+    def read(self, text: str, now: float) -> bool:
+        """Take a new reading of the file; True when a test began or ended."""
+        if not text or text == self.seen:
+            return False
+        self.seen = text
+        test = read_progress(text)
+        if test is None:
+            if self.running is None or text.split()[1:2] != ["end"]:
+                return False
+            self.spent += now - self.began
+            self.running = None
+            return True
+        if test.key in self.started or len(self.started) >= self.tests:
+            return False
+        if self.running is not None:  # its end went unseen between two readings
+            self.spent += now - self.began
+        self.started.add(test.key)
+        self.running, self.began = test, now
+        return True
 
 
 def is_grader_cell(cell: Any) -> bool:

@@ -33,6 +33,7 @@ import contextlib
 import glob
 import json
 import os
+import shutil
 import sys
 import tempfile
 import uuid
@@ -103,12 +104,18 @@ class Session:
     on_cell: Callable[[Any], None] | None = None
     groups: set[int] = field(default_factory=set)
     adopted: bool = False  # this process adopts orphans (kernel_bound.adopt_orphans)
+    watching: Watch | None = None  # the watch of the grading under way
 
     def watch(self) -> Watch:
         progress = self.folder / "progress"
         progress.write_text("", encoding="utf-8")
-        tests = sum(len(cases) for cases in self.shapes.values()) or 100
-        return Watch(self.limits, progress, tests, self.on_kernel, self.on_cell)
+        self.watching = Watch(self.limits, progress, self.test_count(), self.on_kernel,
+                              self.on_cell)
+        return self.watching
+
+    def test_count(self) -> int:
+        """How many test cases the assignment has (until the tests are read, a hundred)."""
+        return sum(len(cases) for cases in self.shapes.values()) or 100
 
     def prepare(self, notebook: nbformat.NotebookNode) -> None:
         """Add the guard's two cells around the submission's code (integrity.guard_cells)."""
@@ -133,6 +140,8 @@ class Session:
         if not self.shapes:
             self.secrets = integrity.Secrets.of(texts.values())
             self.shapes = integrity.test_shapes(texts)
+        if self.watching is not None:  # before any cell runs: its limits count the tests
+            self.watching.tests = self.test_count()
 
     def check(self, results: Any) -> None:
         """Trust the results only as far as they deserve, and clean every message in them."""
@@ -175,8 +184,9 @@ def checked_results(session: Session) -> Iterator[None]:
     """While otter grades: it reads the tests where ``session`` learns them first, loads the
     kernel's results with an unpickler that makes only otter's classes, and hands them to
     ``session.check`` before anything is reported from them; its logging server makes no
-    object of any class from what it receives."""
+    object of any class from what it receives, and no ``.OTTER_LOG`` is loaded."""
     import otter.execute as execute
+    from otter.check.logs import Log
     from otter.execute import logging as log_server
     from otter.run.run_autograder.runners import python_runner
 
@@ -193,7 +203,8 @@ def checked_results(session: Session) -> Iterator[None]:
     with patch.object(python_runner, "grade_notebook", grade_notebook), \
             patch.object(execute, "pickle", integrity.SafePickle), \
             patch.object(log_server.LogRecordStreamHandler, "unpickle",
-                         integrity.plain_log_record):
+                         integrity.plain_log_record), \
+            patch.object(Log, "from_file", integrity.refuse_log):
         yield
 
 
@@ -327,12 +338,19 @@ def main(autograder: str = AUTOGRADER, adopted: bool = False) -> None:
     settings = Settings.from_json(source.read_text(encoding="utf-8") if source.is_file()
                                   else None)
 
+    folder = Path(path).parent
+
     def grade(version: nbformat.NotebookNode) -> None:
+        # The kernel could write in this folder on an earlier run (a link where the notebook
+        # was, a .OTTER_LOG): each run starts from the folder as it was handed in.
+        shutil.rmtree(folder)
+        shutil.copytree(Path(scratch, "handed-in"), folder, symlinks=True)
         nbformat.write(version, path)
         run_autograder(autograder)
 
     results_path = os.path.join(autograder, "results", "results.json")
     with tempfile.TemporaryDirectory(prefix="agentbook-grading-") as scratch:
+        shutil.copytree(folder, Path(scratch, "handed-in"), symlinks=True)
         session = Session(settings, settings.limits, Path(scratch), adopted=adopted)
         session.review += integrity.scan(notebook, set(settings.starter))
         note = ""
