@@ -282,7 +282,6 @@ def chapter_runs() -> dict[str, tuple[RunResult, list[dict[str, Any]], Limits]]:
         "The over-reaching model under refund_gate": gated_run(),
         "The stubborn refund, stopped for no progress": stubborn_run(),
         "The wanderer, stopped by the token budget": wanderer_run(),
-        "The agent row: the over-reaching model behind the gate": gated_run(),
     }
 
 
