@@ -35,9 +35,9 @@ from agentbook.anatomy import (
 from collections import Counter
 import copy
 import uuid
-import inspect
-import threading
 from collections.abc import Callable, Iterator
+import threading
+import inspect
 import os
 from pathlib import Path
 import sys
@@ -56,12 +56,14 @@ __all__ = [
     "ApprovalDecision",
     "approve",
     "deny",
+    "ApprovedRunner",
     "resume_with_decisions",
     "continue_with_approvals",
     "Crash",
     "Lookup",
     "keyed_refunds",
     "make_keyed_environment",
+    "run_keyed",
     "Journal",
     "CRASH_POINTS",
     "CrashAt",
@@ -452,6 +454,10 @@ def deny(request: ApprovalRequest, reviewer: str,
 
 
 # From chapters/02_durable.ipynb, cell resume-with-decisions
+ApprovedRunner = Callable[[ToolCall, ApprovalDecision, dict[str, ToolSpec]],
+                          Observation]
+
+
 def _matched(paused: PausedRun,
              decisions: list[ApprovalDecision]) -> dict[str, ApprovalDecision]:
     """Pair each decision with its request; refuse any mismatch."""
@@ -474,26 +480,17 @@ def _matched(paused: PausedRun,
 
 
 def _decided(call: ToolCall, decision: ApprovalDecision,
-             tools: dict[str, ToolSpec]) -> Observation:
-    """Run an approved call under its approval's key; deny the others."""
+             tools: dict[str, ToolSpec], run: ApprovedRunner) -> Observation:
+    """Run an approved call with ``run``; deny the others."""
     if not decision.approved:
         return Observation(call.call_id, False, "denied",
                            f"{decision.reviewer} denied it: {decision.reason}")
-    spec = tools[call.name]
-    key = f"approval/{decision.digest}"  # every replay sends the same key
-    keyed = replace(spec, handler=lambda **a: spec.handler(
-        **a, idempotency_key=key))
-    return execute_call(call, {call.name: keyed}, allow_all)
+    return run(call, decision, tools)
 
 
 # From chapters/02_durable.ipynb, cell approved-calls
-def _takes_key(spec: ToolSpec) -> bool:
-    """Whether the tool's handler accepts an ``idempotency_key``."""
-    return "idempotency_key" in inspect.signature(spec.handler).parameters
-
-
-def _approved_calls(paused: PausedRun, chosen: dict[str, ApprovalDecision],
-                    tools: dict[str, ToolSpec]) -> list[ToolCall]:
+def _approved_calls(paused: PausedRun,
+                    chosen: dict[str, ApprovalDecision]) -> list[ToolCall]:
     """The pending message's calls, each waiting one exactly as decided."""
     proposals = parse_tool_calls(paused.state.messages[-1])
     if (paused.state.messages[-1].get("role") != "assistant"
@@ -510,27 +507,33 @@ def _approved_calls(paused: PausedRun, chosen: dict[str, ApprovalDecision],
                 or shown.get(call.call_id) != (call.name, call.arguments)):
             raise ValueError(f"call {call.call_id} is not the call that "
                              "was decided: its digest differs")
-        if decision.approved and not _takes_key(tools[call.name]):
-            raise ValueError(f"{call.name} takes no idempotency key: an "
-                             "approval could be spent twice")
     return proposals
 
 
 # From chapters/02_durable.ipynb, cell resume-loop
+def _as_allowed(call: ToolCall, decision: ApprovalDecision,
+                tools: dict[str, ToolSpec]) -> Observation:
+    """Run an approved call as the policy's allowed calls run."""
+    return execute_call(call, tools, allow_all)
+
+
 def resume_with_decisions(paused: PausedRun,
                           decisions: list[ApprovalDecision], model: Any,
                           tools: dict[str, ToolSpec], policy: ApprovalPolicy,
-                          limits: Limits = Limits()) -> RunResult | PausedRun:
+                          limits: Limits = Limits(), *,
+                          run_approved: ApprovedRunner = _as_allowed,
+                          ) -> RunResult | PausedRun:
     """Apply one decision per request, then carry the run on.
 
     Every decision must match a request, and every waiting call its
     decision's digest, recomputed here; otherwise ValueError, before any
-    call runs. An approved call is sent with a key made from its digest.
+    call runs. ``run_approved`` runs each approved call.
     """
     chosen = _matched(paused, decisions)
-    proposals = _approved_calls(paused, chosen, tools)
+    proposals = _approved_calls(paused, chosen)
     state = paused.state
-    settled = [seen or _decided(call, chosen[call.call_id], tools)
+    settled = [seen or _decided(call, chosen[call.call_id], tools,
+                                run_approved)
                for call, seen in zip(proposals, paused.settled, strict=True)]
     _close(state, proposals, list(settled), None)
     denials = _denials_so_far(state)
@@ -541,6 +544,7 @@ def resume_with_decisions(paused: PausedRun,
     return _approval_loop(paused.run_id, state, model, tools, policy, limits)
 
 
+# From chapters/02_durable.ipynb, cell continue-with-approvals
 def continue_with_approvals(run_id: str, state: RunState, model: Any,
                             tools: dict[str, ToolSpec],
                             policy: ApprovalPolicy, limits: Limits = Limits(),
@@ -616,6 +620,30 @@ def make_keyed_environment() -> tuple[dict[str, ToolSpec],
     tools["refund_order"] = replace(tools["refund_order"],
                                     handler=refund_order)
     return tools, effects, lookup
+
+
+# From chapters/02_durable.ipynb, cell run-keyed
+def _takes_key(spec: ToolSpec) -> bool:
+    """Whether the tool's handler accepts an ``idempotency_key``."""
+    return "idempotency_key" in inspect.signature(spec.handler).parameters
+
+
+def run_keyed(call: ToolCall, decision: ApprovalDecision,
+              tools: dict[str, ToolSpec]) -> Observation:
+    """Run an approved call under the key ``approval/<digest>``.
+
+    Every copy of one saved approval carries the same digest, so a keyed
+    desk pays it once however many copies are resumed. A handler that
+    takes no key is a ValueError: it could spend the approval twice.
+    """
+    spec = tools[call.name]
+    if not _takes_key(spec):
+        raise ValueError(f"{call.name} takes no idempotency key: an "
+                         "approval could be spent twice")
+    key = f"approval/{decision.digest}"  # every copy sends the same key
+    keyed = replace(spec, handler=lambda **a: spec.handler(
+        **a, idempotency_key=key))
+    return execute_call(call, {call.name: keyed}, allow_all)
 
 
 # From chapters/02_durable.ipynb, cell journal

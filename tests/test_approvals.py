@@ -29,6 +29,7 @@ from agentbook import (
     overreaching_model,
     paused_from_json,
     resume_with_decisions,
+    run_keyed,
     run_with_approvals,
 )
 
@@ -277,14 +278,30 @@ def test_a_paused_run_resumes_only_once() -> None:
 # ------------------------------------------------------- an approval is spent once
 
 
-def test_one_save_loaded_twice_and_approved_twice_pays_once() -> None:
+def approve_copies(keyed: bool) -> tuple[list[dict[str, Any]], list[Any]]:
+    """One save loaded twice, as two workers or a retry would, each copy approved and
+    resumed against the keyed desk, with ``run_keyed`` or as allowed; the log, the runs."""
     paused, effects, tools = paused_run(overreaching_model())
     saved = paused.to_json()
+    how = {"run_approved": run_keyed} if keyed else {}
     results = []
-    for _ in range(2):  # two workers, or a retry, load the same save
+    for _ in range(2):
         copy = paused_from_json(saved)
         results.append(resume_with_decisions(copy, [approve(copy.requests[0], "maria")],
-                                             overreaching_model(), tools, ApprovalPolicy()))
+                                             overreaching_model(), tools, ApprovalPolicy(),
+                                             **how))
+    return effects, results
+
+
+def test_without_a_key_one_save_approved_twice_pays_twice() -> None:
+    """The attack the key stops: each copy is a correct run, and the desk pays each."""
+    effects, results = approve_copies(keyed=False)
+    assert effects == [{"order_id": "A-17", "refunded_cents": 9999}] * 2
+    assert all(isinstance(r, RunResult) and r.stop == Stop.ANSWERED for r in results)
+
+
+def test_one_save_loaded_twice_and_approved_twice_pays_once() -> None:
+    effects, results = approve_copies(keyed=True)
     assert effects == [{"order_id": "A-17", "refunded_cents": 9999}]
     for result in results:
         assert isinstance(result, RunResult) and result.stop == Stop.ANSWERED
@@ -313,7 +330,7 @@ def test_one_save_approved_in_two_threads_at_once_pays_once() -> None:
         copy = paused_from_json(saved)
         stops.append(resume_with_decisions(
             copy, [approve(copy.requests[0], "maria")], overreaching_model(), tools,
-            ApprovalPolicy()).stop)
+            ApprovalPolicy(), run_approved=run_keyed).stop)
 
     threads = [threading.Thread(target=worker) for _ in range(2)]
     for thread in threads:
@@ -345,18 +362,30 @@ def test_a_request_changed_in_memory_is_refused_too() -> None:
     assert effects == []
 
 
-def test_an_approval_for_a_desk_without_keys_is_refused_before_anything_runs() -> None:
+def test_an_approval_needs_no_keys_on_chapter_ones_desk() -> None:
+    plain, effects = make_environment()
+    paused = run_with_approvals(TASK, mixed_model(), plain, ApprovalPolicy())
+    assert isinstance(paused, PausedRun)
+    result = resume_with_decisions(paused, [approve(r, "m") for r in paused.requests],
+                                   mixed_model(), plain, ApprovalPolicy())
+    assert isinstance(result, RunResult) and result.stop == Stop.ANSWERED
+    assert [e["refunded_cents"] for e in effects] == [100, 7000, 15000]
+    assert all(check_run(result, effects, Limits()).values())
+
+
+def test_a_keyed_resume_on_a_desk_without_keys_is_refused_before_anything_runs() -> None:
     plain, effects = make_environment()
     paused = run_with_approvals(TASK, mixed_model(), plain, ApprovalPolicy())
     assert isinstance(paused, PausedRun)
     before = (list(effects), paused.to_json())
     with pytest.raises(ValueError, match="takes no idempotency key"):
         resume_with_decisions(paused, [approve(r, "m") for r in paused.requests],
-                              mixed_model(), plain, ApprovalPolicy())
+                              mixed_model(), plain, ApprovalPolicy(), run_approved=run_keyed)
     assert (effects, paused.to_json()) == before
     denials = [deny(r, "m", "no") for r in paused.requests]  # a denial needs no key
     assert isinstance(resume_with_decisions(paused, denials, mixed_model(), plain,
-                                            ApprovalPolicy()), RunResult)
+                                            ApprovalPolicy(), run_approved=run_keyed),
+                      RunResult)
 
 
 # ------------------------------------------------------ a failed model call keeps its run
