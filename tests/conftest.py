@@ -99,10 +99,12 @@ FULL_SUITE = "AGENTBOOK_FULL"
 @pytest.fixture(scope="session")
 def full_suite() -> None:
     """Skips a test outside the full suite: one that renders the book, drives Chromium,
-    regenerates the whole book a second time or walks the instructors' appendix."""
+    regenerates the whole book a second time, walks the instructors' appendix or waits out
+    a submission's deadline."""
     if os.environ.get(FULL_SUITE) != "1":
         pytest.skip("the quick suite does not render the book, open Chromium, regenerate "
-                    "the book under a second hash seed or walk the instructors' appendix; "
+                    "the book under a second hash seed, walk the instructors' appendix or "
+                    "wait out a submission's deadline; "
                     "`python3 dev.py test --full` does (README.md, \"The two commands\")")
 
 

@@ -703,7 +703,8 @@ def test_a_class_with_hangs_tampering_leaks_a_typo_a_corrupt_file_and_a_dead_ker
 
 
 def test_a_submission_past_its_deadline_is_stopped_and_its_worker_ended(
-        built: Built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        built: Built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        full_suite: None) -> None:
     # Every cell within its limit, the whole past the submission's: the pool's own deadline.
     # One worker: first a file with no notebook in it, graded, then the slow one.
     page = tmp_path / "page.ipynb"
