@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import csv
+import dataclasses
 import importlib.metadata
 import json
 import os
@@ -1041,6 +1042,41 @@ def test_only_submissions_that_reach_into_the_grader_are_flagged() -> None:
 ])
 def test_reaching_the_grader_by_another_spelling_is_flagged(source: str, reason: str) -> None:
     assert reason in integrity.scan_source(source)
+
+
+@pytest.mark.parametrize(("source", "reason"), [
+    ("run = exec", "runs code from text"),  # then run(text): the call needs no name
+    ("payload = b'from otter.execute import Checker'", "names the grader's files or internals"),
+    ("import helper_q1b", "imports helper_q1b, which is neither Python's own nor installed"),
+])
+def test_running_code_the_scan_cannot_read_is_flagged(source: str, reason: str) -> None:
+    assert reason in integrity.scan_source(source)
+
+
+def test_otters_metadata_is_flagged_and_never_graded() -> None:
+    # Otter pastes a cell's metadata["otter"]["tests"] into a check cell, unescaped.
+    cell = nbformat.v4.new_code_cell("x = 1", metadata={"otter": {"tests": [
+        'q1")\nimport os\n#']}})
+    notebook = nbformat.v4.new_notebook(cells=[cell])
+    assert integrity.scan(notebook, set()) == [
+        f"cell {cell.id} carries otter's metadata, which otter turns into code"]
+    assert "otter" not in integrity.without_otter_metadata(notebook).cells[0].metadata
+    assert "otter" in notebook.cells[0].metadata  # the submission itself is left as it was
+
+
+def test_results_whose_points_differ_from_the_tests_are_not_scored() -> None:
+    from otter.test_files.abstract_test import TestCase, TestCaseResult
+
+    case = TestCase("q1 - 1", None, False, 1.0, None, None)
+    inflated = TestCaseResult(dataclasses.replace(case, points=1000), None, True)
+    test_file = type("File", (), {"test_cases": [case], "test_case_results": [inflated]})()
+    results = type("Results", (), {"results": {"q1": test_file}})()
+    shapes = {"q1": [("q1 - 1", 1.0, False)]}
+    assert integrity.shape_changes(results, shapes) == ["the results of q1 do not match its tests"]
+    test_file.test_case_results = [TestCaseResult(case, None, True)]
+    assert integrity.shape_changes(results, shapes) == []
+    test_file.test_case_results = [TestCaseResult(case, None, 1)]  # passed must be a bool
+    assert integrity.shape_changes(results, shapes) != []
 
 
 def test_the_grader_loads_no_otter_log(tmp_path: Path) -> None:

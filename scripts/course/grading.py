@@ -300,10 +300,11 @@ def grade_submission_once(submission: Path, autograder: Path, timeout: float,
     if tell is not None:
         tell("mark", mark)
     review = integrity.scan(notebook, set(settings.starter))
+    notebook = integrity.without_otter_metadata(notebook)
 
     def grade(version: nbformat.NotebookNode) -> Any:
-        if version is notebook:  # the file as handed in, export zips included
-            return grade_submission(str(submission), str(autograder), quiet=True)
+        # Always the notebook that was scanned, never the file handed in: an export zip may
+        # hold other files, which otter would grade in its place.
         with tempfile.TemporaryDirectory(prefix="agentbook-regrade-") as folder:
             path = Path(folder, f"{submission.stem}.ipynb")
             nbformat.write(version, path)

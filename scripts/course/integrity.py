@@ -28,17 +28,22 @@ library and otter.
 from __future__ import annotations
 
 import ast
+import copy as copy_module
+import functools
 import hashlib
+import importlib.util
 import inspect
 import io
 import pickle
 import re
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from secrets import token_hex
 from typing import Any
 
 HIDDEN_TEXT = "[hidden test text]"
+OTTER_METADATA = "otter"  # a cell's metadata key that otter reads while grading
 MESSAGE_CHARACTERS = 200
 FAILED = "❌ Test case failed"
 
@@ -219,6 +224,8 @@ def scan_source(source: str) -> list[str]:
         return reasons  # it raises when it runs; the grading reports that
     for node in ast.walk(tree):
         reasons += node_reasons(node)
+        reasons += [f"imports {name}, which is neither Python's own nor installed"
+                    for name in unknown_modules(node)]
     return list(dict.fromkeys(reasons))
 
 
@@ -235,6 +242,8 @@ def node_reasons(node: ast.AST) -> list[str]:
         return attribute_reasons(node.attr, node.value)
     if isinstance(node, ast.Name) and node.id in DUNDERS | {"__builtins__"}:
         return ["reaches into objects' internals"]
+    if isinstance(node, ast.Name) and node.id in CALLS:  # run = exec; run(text)
+        return [CALLS[node.id]]
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
         if node.func.id in CALLS:
             return [CALLS[node.func.id]]
@@ -248,10 +257,31 @@ def node_reasons(node: ast.AST) -> list[str]:
         joined = constant_text(node)  # "ott" + "er.execute"
         if joined is not None and GRADER_WORDS.search(joined):
             return ["names the grader's files or internals"]
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        if GRADER_WORDS.search(node.value):
+    if isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes)):
+        text = node.value.decode("latin-1") if isinstance(node.value, bytes) else node.value
+        if GRADER_WORDS.search(text):
             return ["names the grader's files or internals"]
     return []
+
+
+def unknown_modules(node: ast.AST) -> list[str]:
+    """Modules an import names that are neither Python's own nor installed: ones the
+    submission may have written itself, beside the notebook, to import code the scan never
+    reads."""
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+        names = [node.module]
+    else:
+        return []
+    return [name for name in names if not known_module(name.split(".")[0])]
+
+
+@functools.cache
+def known_module(top: str) -> bool:
+    """Whether the grading process can import ``top``: the kernel's folder, where a
+    submission could write a module, is not on its path."""
+    return top in sys.stdlib_module_names or importlib.util.find_spec(top) is not None
 
 
 def attribute_reasons(attribute: str, owner: ast.AST) -> list[str]:
@@ -279,10 +309,22 @@ def scan(notebook: Any, starter: set[str]) -> list[str]:
     cell it is in; cells left exactly as handed out (``starter``: their digests) are skipped."""
     found: list[str] = []
     for cell in notebook.cells:
+        where = f"cell {cell.get('id') or cell.source.strip()[:30]}"
+        if OTTER_METADATA in cell.get("metadata", {}):
+            found.append(f"{where} carries otter's metadata, which otter turns into code")
         if cell.cell_type == "code" and digest(cell.source) not in starter:
-            where = f"cell {cell.get('id') or cell.source.strip().splitlines()[0][:30]}"
             found += [f"{where} {reason}" for reason in scan_source(cell.source)]
     return list(dict.fromkeys(found))
+
+
+def without_otter_metadata(notebook: Any) -> Any:
+    """The notebook as it is graded: no cell keeps otter's metadata. Otter pastes its
+    ``tests`` into check cells it adds, unescaped, so text there would run as code the scan
+    never read; the notebooks handed out carry none."""
+    copy = copy_module.deepcopy(notebook)
+    for cell in copy.cells:
+        cell.get("metadata", {}).pop(OTTER_METADATA, None)
+    return copy
 
 
 # ---------------------------------------------------------------------------------------------
@@ -493,8 +535,11 @@ def shape_changes(results: Any, shapes: dict[str, list[tuple[str, float, bool]]]
         expected = shapes.get(name)
         cases = [(case.name, float(case.points or 0), bool(case.hidden))
                  for case in getattr(test_file, "test_cases", [])]
-        ran = [result.test_case.name for result in getattr(test_file, "test_case_results", [])]
+        results = getattr(test_file, "test_case_results", [])
+        ran = [(result.test_case.name, float(result.test_case.points or 0),
+                bool(result.test_case.hidden)) for result in results]
         if (expected is None or cases != expected or getattr(test_file, "_score", None) is not None
-                or ran != [case[0] for case in expected]):
+                or ran != expected or any(type(result.passed) is not bool
+                                          for result in results)):
             found.append(f"the results of {name} do not match its tests")
     return found

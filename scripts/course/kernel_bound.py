@@ -147,7 +147,7 @@ class Watch:
         its own time, not its tests'; each test has its own limit."""
         limits, cell_seconds = self.limits, self.cell_seconds(cell)
         started = time.monotonic()
-        clock = ProgressClock(self.tests, self.read())
+        clock = ProgressClock(self.tests)  # a line the kernel wrote already counts too
         interrupted = None
         while True:
             await asyncio.sleep(POLL_SECONDS)

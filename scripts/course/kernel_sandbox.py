@@ -79,6 +79,8 @@ def command(kernel: list[str], folder: str, writable: Iterable[str], runtime: st
                  "--setenv", "JPY_PARENT_PID", "1"]
     if os.path.isdir(runtime):  # other kernels' connection files, with their keys
         arguments += ["--tmpfs", runtime]
+    for path in python_paths():  # a Python installed under /tmp stays visible, read-only
+        arguments += ["--ro-bind", path, path]
     # The folder may be in /tmp (otter's copy of the zip is), which the sandbox replaced.
     # The notebook may write there (otter's own log does); the tests in it stay as they are.
     arguments += ["--bind", folder, folder, "--chdir", folder]
@@ -90,6 +92,25 @@ def command(kernel: list[str], folder: str, writable: Iterable[str], runtime: st
     # The grader interrupts a cell with SIGINT to the kernel's process group, bwrap's too:
     # bwrap must ignore it and live on (ipykernel sets its own handler while it runs a cell).
     return ["sh", "-c", 'trap "" INT; exec "$@"', "sh", *arguments, "--", *kernel]
+
+
+def python_paths() -> list[str]:
+    """The folders under /tmp that the kernel's Python needs (a virtual environment, the
+    book's package), which the sandbox's fresh /tmp would otherwise hide."""
+    import importlib.util
+    import sys
+
+    found = [sys.prefix, sys.exec_prefix, sys.base_prefix,
+             os.path.dirname(sys.executable), *sys.path]
+    spec = importlib.util.find_spec("agentbook")
+    if spec is not None and spec.submodule_search_locations:
+        found += [os.path.dirname(path) for path in spec.submodule_search_locations]
+    under_tmp = {os.path.realpath(path) for path in found
+                 if path and os.path.isdir(path)
+                 and os.path.realpath(path).startswith("/tmp/")}
+    # A folder and one inside it: bind the outer one only.
+    return sorted(path for path in under_tmp
+                  if not any(path.startswith(other + "/") for other in under_tmp))
 
 
 def results_file(notebook: Any) -> str | None:

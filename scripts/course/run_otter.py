@@ -328,9 +328,12 @@ def main(autograder: str = AUTOGRADER, adopted: bool = False) -> None:
     """Otter's autograder on the one notebook in ``autograder``/submission."""
     from otter.run.run_autograder import main as run_autograder
 
+    results_path = os.path.join(autograder, "results", "results.json")
     notebooks = glob.glob(os.path.join(autograder, "submission", "*.ipynb"))
-    if len(notebooks) != 1:  # otter says what is wrong with the submission
-        run_autograder(autograder)
+    if len(notebooks) != 1:  # otter alone would grade a script, or a log, unguarded
+        with open(results_path, "w", encoding="utf-8") as file:
+            json.dump(failed_results("hand in exactly one notebook (.ipynb) and nothing "
+                                     f"else; found {len(notebooks)}"), file, indent=4)
         return
     [path] = notebooks
     notebook = nbformat.read(path, as_version=4)
@@ -341,18 +344,18 @@ def main(autograder: str = AUTOGRADER, adopted: bool = False) -> None:
     folder = Path(path).parent
 
     def grade(version: nbformat.NotebookNode) -> None:
-        # The kernel could write in this folder on an earlier run (a link where the notebook
-        # was, a .OTTER_LOG): each run starts from the folder as it was handed in.
+        # The folder holds the notebook alone, written afresh for every run: anything else
+        # handed in (a script, a .OTTER_LOG) otter might run, and the kernel could write
+        # here on an earlier run (a link where the notebook was).
         shutil.rmtree(folder)
-        shutil.copytree(Path(scratch, "handed-in"), folder, symlinks=True)
+        folder.mkdir()
         nbformat.write(version, path)
         run_autograder(autograder)
 
-    results_path = os.path.join(autograder, "results", "results.json")
     with tempfile.TemporaryDirectory(prefix="agentbook-grading-") as scratch:
-        shutil.copytree(folder, Path(scratch, "handed-in"), symlinks=True)
         session = Session(settings, settings.limits, Path(scratch), adopted=adopted)
         session.review += integrity.scan(notebook, set(settings.starter))
+        notebook = integrity.without_otter_metadata(notebook)
         note = ""
         try:
             _, note = grade_surviving(notebook, grade, session)
