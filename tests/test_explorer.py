@@ -18,7 +18,6 @@ import yaml
 
 from scripts.checks.measure_pages import CHROMIUM_FLAGS, find_chromium
 from agentbook import (
-    SYSTEM_PROMPT_WITH_LIMIT,
     Limits,
     RunResult,
     ScriptedModel,
@@ -274,11 +273,7 @@ def test_quarto_yml_ships_the_explorer_script_and_stylesheet() -> None:
 
 def chapter_runs() -> dict[str, tuple[RunResult, list[dict[str, Any]], Limits]]:
     """The runs the chapter shows in explorers, by title, in its order, made again here."""
-    tools, effects = make_environment()
-    ungated = run_agent(TASK, overreaching_model(), tools, allow_all,
-                        system_prompt=SYSTEM_PROMPT_WITH_LIMIT)
     return {
-        "The over-reaching model with no gate": (ungated, effects, Limits()),
         "The over-reaching model under refund_gate": gated_run(),
         "The stubborn refund, stopped for no progress": stubborn_run(),
         "The wanderer, stopped by the token budget": wanderer_run(),
