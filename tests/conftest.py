@@ -100,11 +100,11 @@ FULL_SUITE = "AGENTBOOK_FULL"
 def full_suite() -> None:
     """Skips a test outside the full suite: one that renders the book, drives Chromium,
     regenerates the whole book a second time, walks the instructors' appendix or waits out
-    a submission's deadline."""
+    a submission's deadline or a hang in C code."""
     if os.environ.get(FULL_SUITE) != "1":
         pytest.skip("the quick suite does not render the book, open Chromium, regenerate "
                     "the book under a second hash seed, walk the instructors' appendix or "
-                    "wait out a submission's deadline; "
+                    "wait out a submission's deadline or a hang in C code; "
                     "`python3 dev.py test --full` does (README.md, \"The two commands\")")
 
 
