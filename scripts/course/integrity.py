@@ -309,7 +309,8 @@ def scan(notebook: Any, starter: set[str]) -> list[str]:
     cell it is in; cells left exactly as handed out (``starter``: their digests) are skipped."""
     found: list[str] = []
     for cell in notebook.cells:
-        where = f"cell {cell.get('id') or cell.source.strip()[:30]}"
+        first_line = (cell.source.strip().splitlines() or [""])[0]
+        where = f"cell {cell.get('id') or first_line[:30]}"
         if OTTER_METADATA in cell.get("metadata", {}):
             found.append(f"{where} carries otter's metadata, which otter turns into code")
         if cell.cell_type == "code" and digest(cell.source) not in starter:

@@ -55,7 +55,8 @@ def bwrap() -> str | None:
 
 
 def boundary() -> str:
-    """What keeps a submission's kernel from the grader, as the review column says it."""
+    """Why a kernel runs without the sandbox here, as the grading commands print it; ""
+    when it runs in one."""
     if bwrap() is not None:
         return ""
     return ("graded without an operating-system sandbox (bwrap is missing or cannot make "
