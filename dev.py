@@ -77,11 +77,15 @@ QUARTO_HELP = (
 # whole distribution (all of hypothesis, all of anyio) assertion-rewritten on import, a
 # second of work in every process wherever bytecode is not cached.
 PYTEST_PLUGINS = ("--disable-plugin-autoload", "-p", "xdist", "-p", "nbval",
-                  "-p", "hypothesispytest")
+                  "-p", "hypothesispytest", "-p", "pytest_timeout")
+# No test, its fixtures included (the full suite's render among them, about a minute), takes
+# near this long; one that does is stuck, and fails with the traceback of where it waits.
+PER_TEST_LIMIT = ("--timeout", "900")
 # One pytest worker per core. A file's tests, and so each notebook's kernel, stay on one
 # worker, but each test class goes where it fits; conftest.py hands out the slowest
 # files first and spreads the grading tests one by one.
-PYTEST_SPREAD = (*PYTEST_PLUGINS, "-n", "auto", "--dist", "loadscope", "--no-loadscope-reorder")
+PYTEST_SPREAD = (*PYTEST_PLUGINS, *PER_TEST_LIMIT, "-n", "auto", "--dist", "loadscope",
+                 "--no-loadscope-reorder")
 
 
 def venv_python() -> Path:

@@ -239,24 +239,34 @@ def test_a_check_cannot_be_changed_by_the_answers_of_another() -> None:
 
 # The page's own Python (live.js's `Python`, a worker running live/runner.py), sent one
 # message; its reply, and the batches that came before it, each with the time it came.
-CALL = """async (message) => {
+# A reply that never comes fails the test after TIMEOUT rather than holding it forever
+# (Playwright's evaluate waits without a limit of its own).
+CALL = """async ({ message, timeout }) => {
   const partials = [];
   const onPartial = message.stream
     ? (partial) => partials.push({ at: performance.now(), ...partial }) : undefined;
-  const reply = await window.agentbookLive.python.call(message, onPartial);
+  const silence = new Promise((_, failed) => setTimeout(() => failed(new Error(
+    `the page's Python sent no reply to '${message.action}' in ${timeout} ms`)),
+    timeout));
+  const reply = await Promise.race([window.agentbookLive.python.call(message, onPartial),
+                                    silence]);
   return { reply, partials, at: performance.now() };
 }"""
+
+
+def call_python(page: Any, **message: Any) -> dict[str, Any]:
+    """The page's Python sent ``message``: its reply, the batches before it, their times."""
+    return dict(page.evaluate(CALL, {"message": message, "timeout": TIMEOUT}))
 
 
 def test_the_page_shows_what_ipython_stored_and_streams_what_it_prints(chapter: Any) -> None:
     page = chapter
     for cell in cases():
-        reply = page.evaluate(CALL, {"action": "run", "code": "".join(cell["source"]),
-                                     "cell": cell["id"]})["reply"]
+        reply = call_python(page, action="run", code="".join(cell["source"]),
+                            cell=cell["id"])["reply"]
         assert page_outputs(reply) == stored_outputs(cell), cell["id"]
     code = "import time\nfor n in range(6):\n    print(n)\n    time.sleep(0.1)"
-    found = page.evaluate(CALL, {"action": "run", "code": code, "cell": "slow",
-                                 "stream": True})
+    found = call_python(page, action="run", code=code, cell="slow", stream=True)
     first = found["partials"][0]
     assert first["outputs"] == [{"type": "stream", "name": "stdout", "text": "0"}]
     assert found["at"] - first["at"] > 400  # ms: the first line came long before the end
@@ -411,7 +421,7 @@ def test_a_cell_printing_50_mb_leaves_the_page_responsive(chapter: Any) -> None:
     page = chapter
     box = cell_box(page, "preview")
     type_code(box, "print('x' * 50_000_000)")
-    page.evaluate("() => window.agentbookLive.python.call({ action: 'load' })")
+    call_python(page, action="load")
     longest = []
     for _ in range(3):  # the best of three: two shared cores add gaps of their own
         page.evaluate(WATCH)
@@ -449,8 +459,8 @@ def test_every_model_answer_passes_in_the_page_or_is_marked(
         open_chapter(context, served, chapter_name)
     page.wait_for_selector("[data-exercise]")
     # A chapter cell that breaks agentbook breaks the chapter's Python, not the checks'.
-    broken = page.evaluate(CALL, {"action": "run", "cell": "breaks", "code": (
-        "import agentbook\nagentbook.run_agent = agentbook.make_environment = None")})
+    broken = call_python(page, action="run", cell="breaks", code=(
+        "import agentbook\nagentbook.run_agent = agentbook.make_environment = None"))
     assert broken["reply"]["error"] is None
     answers = model_answers(MODEL_ANSWERS[chapter_name])
     questions = page.evaluate("() => [...document.querySelectorAll('[data-exercise]')]"
