@@ -29,8 +29,9 @@ os.environ["PYTHONHASHSEED"] = "0"
 
 SPREAD_FILES = ("tests/test_grading.py", "tests/test_sandbox.py")
 # First of all, one test that needs the autograder zips, so that one worker builds them (about
-# 7 s of otter assign) while the other starts on the long files; built later, when both
-# workers reach the grading tests, the other worker would wait for them idle. The longest
+# 8 s of otter assign, where .cache/ has no build of the same inputs: tests/test_grading.py)
+# while the other starts on the long files; built later, when both workers reach the
+# grading tests, the other worker would wait for them idle. The longest
 # grading tests (a class, Gradescope's layout, the instructor's walk) go out next, once the
 # zips are likely built.
 SLOWEST_FIRST = ("tests/test_grading.py::test_committed_student_version_is_current",

@@ -21,6 +21,7 @@ import ast
 import contextlib
 import csv
 import dataclasses
+import hashlib
 import importlib.metadata
 import json
 import os
@@ -29,6 +30,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 import zipfile
 from pathlib import Path
@@ -127,6 +129,43 @@ def assignment_of(question: str) -> str:
     return question.split("_q")[0]
 
 
+# What `otter assign`'s output depends on: the annotated sources, the code that builds and
+# packs them (scripts/course/), otter's release and Python's.
+BUILD_INPUTS = ("exercises/source", "scripts/course")
+BUILD_CACHE = REPO_ROOT / ".cache" / "autograder"
+
+
+def build_inputs_digest() -> str:
+    digest = hashlib.sha256(f"{importlib.metadata.version('otter-grader')} {sys.version}".encode())
+    for folder in BUILD_INPUTS:
+        for path in sorted(p for p in (REPO_ROOT / folder).rglob("*") if p.is_file()
+                           and "__pycache__" not in p.parts):
+            digest.update(path.relative_to(REPO_ROOT).as_posix().encode() + b"\0")
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def build_once(folder: Path) -> None:
+    """Fill ``folder`` with what ``otter assign`` builds: the student files (as JSON) and each
+    assignment's autograder zip. The build takes about 8 s, so it is kept in .cache/ under a
+    digest of its inputs and made again only when one of them changed; a run after set-up
+    that changed none of them copies it."""
+    cached = BUILD_CACHE / build_inputs_digest()
+    if not (cached / "student-files.json").is_file():
+        BUILD_CACHE.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(dir=BUILD_CACHE, prefix="building-"))
+        files = build(REPO_ROOT, autograder=scratch, check_solutions=False)
+        (scratch / "student-files.json").write_text(json.dumps(files), encoding="utf-8")
+        for old in BUILD_CACHE.iterdir():  # the builds of other inputs
+            if not old.name.startswith("building-"):
+                shutil.rmtree(old, ignore_errors=True)
+        try:
+            scratch.rename(cached)
+        except OSError:  # another run of the suite, at the same time, was first
+            shutil.rmtree(scratch)
+    shutil.copytree(cached, folder, dirs_exist_ok=True)
+
+
 @pytest.fixture(scope="session")
 def built(made_once: Any) -> Built:
     """The student files and the autograder zip, from one run of ``otter assign``.
@@ -134,11 +173,7 @@ def built(made_once: Any) -> Built:
     Otter's check that the solutions pass every test is skipped here: grading the correct
     fixture below checks exactly that, against this zip, and grading is the slow part.
     """
-    def make(folder: Path) -> None:
-        files = build(REPO_ROOT, autograder=folder, check_solutions=False)
-        (folder / "student-files.json").write_text(json.dumps(files), encoding="utf-8")
-
-    folder = made_once("autograder", make)
+    folder = made_once("autograder", build_once)
     files = json.loads((folder / "student-files.json").read_text(encoding="utf-8"))
     archives = {assignment: next((folder / f"{assignment}-exercises").glob("*.zip"))
                 for assignment in ASSIGNMENTS}
