@@ -130,15 +130,17 @@ def assignment_of(question: str) -> str:
 
 
 # What `otter assign`'s output depends on: the annotated sources, the code that builds and
-# packs them (scripts/course/), otter's release and Python's.
-BUILD_INPUTS = ("exercises/source", "scripts/course")
+# packs them (scripts/course/), the pinned releases of otter, nbformat and the rest, and
+# Python's.
+BUILD_INPUTS = ("exercises/source", "scripts/course", "requirements.txt", "requirements-dev.txt")
 BUILD_CACHE = REPO_ROOT / ".cache" / "autograder"
 
 
 def build_inputs_digest() -> str:
     digest = hashlib.sha256(f"{importlib.metadata.version('otter-grader')} {sys.version}".encode())
-    for folder in BUILD_INPUTS:
-        for path in sorted(p for p in (REPO_ROOT / folder).rglob("*") if p.is_file()
+    for name in BUILD_INPUTS:
+        top = REPO_ROOT / name
+        for path in sorted(p for p in [top, *top.rglob("*")] if p.is_file()
                            and "__pycache__" not in p.parts):
             digest.update(path.relative_to(REPO_ROOT).as_posix().encode() + b"\0")
             digest.update(path.read_bytes())
