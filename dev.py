@@ -79,8 +79,10 @@ QUARTO_HELP = (
 PYTEST_PLUGINS = ("--disable-plugin-autoload", "-p", "xdist", "-p", "nbval",
                   "-p", "hypothesispytest", "-p", "pytest_timeout")
 # No test, its fixtures included (the full suite's render among them, about a minute), takes
-# near this long; one that does is stuck, and fails with the traceback of where it waits.
-PER_TEST_LIMIT = ("--timeout", "900")
+# near 900 s; one that does is stuck, and fails with the traceback of where it waits. Past
+# 3,000 s (the full suite takes about 8 minutes) no further test starts: a run that goes
+# wrong ends within the hour, with its failures, instead of holding CI until CI gives up.
+PER_TEST_LIMIT = ("--timeout", "900", "--session-timeout", "3000")
 # One pytest worker per core. A file's tests, and so each notebook's kernel, stay on one
 # worker, but each test class goes where it fits; conftest.py hands out the slowest
 # files first and spreads the grading tests one by one.
