@@ -911,13 +911,16 @@ function keepOffsetsCurrent(bar) {
 }
 
 // A page opened at a fragment (a link from another page, a search result) was scrolled to its
-// target before the toolbar existed; if the toolbar now covers the target, scroll again.
+// target before the toolbar and the cells' Run buttons existed. Scroll again if the toolbar
+// now covers the target, or if the buttons above it pushed it out of the window: the browser
+// holds a fragment in place only while the page loads, and this module may arrive later.
 function revealTarget(bar) {
   const id = decodeURIComponent(location.hash.slice(1));
   const target = id && document.getElementById(id);
   if (!target) return;
   const top = target.getBoundingClientRect().top;
-  if (top > -1 && top < bar.getBoundingClientRect().bottom) {
+  const covered = top > -1 && top < bar.getBoundingClientRect().bottom;
+  if (covered || top >= innerHeight) {
     target.scrollIntoView({ block: "start", behavior: "instant" });
   }
 }
