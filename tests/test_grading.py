@@ -130,9 +130,10 @@ def assignment_of(question: str) -> str:
 
 
 # What `otter assign`'s output depends on: the annotated sources, the code that builds and
-# packs them (scripts/course/), the pinned releases of otter, nbformat and the rest, and
-# Python's.
-BUILD_INPUTS = ("exercises/source", "scripts/course", "requirements.txt", "requirements-dev.txt")
+# packs them (scripts/course/, and the helpers it takes from scripts/build/), the pinned
+# releases of otter, nbformat and the rest, and Python's.
+BUILD_INPUTS = ("exercises/source", "scripts/course", "scripts/build", "requirements.txt",
+                "requirements-dev.txt")
 BUILD_CACHE = REPO_ROOT / ".cache" / "autograder"
 
 
